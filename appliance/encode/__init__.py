@@ -1,0 +1,23 @@
+"""Encoders (ONNX MiniLM with token vectors; multilingual USE) and the query micro-batcher."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .base import Encoded, Encoder
+from .batcher import EncoderBusy, MicroBatcher, Query
+
+
+def load_encoder(model: str, model_dir: Path, threads: int = 2, max_length: int = 256) -> Encoder:
+    """Open the encoder named in the settings from its built model folder (see `appliance models build`)."""
+    if not Path(model_dir).is_dir():
+        raise FileNotFoundError(f"model folder {model_dir} is missing: run `appliance models build` first")
+    if model == "minilm":
+        from .onnx_encoder import OnnxEncoder  # onnxruntime is imported before usearch anywhere it matters
+        return OnnxEncoder(model_dir, threads=threads, max_length=max_length)
+    if model == "use":
+        from .use_encoder import UseEncoder
+        return UseEncoder(model_dir, threads=threads)
+    raise ValueError(f"unknown encoder {model!r}")
+
+
+__all__ = ["Encoded", "Encoder", "EncoderBusy", "MicroBatcher", "Query", "load_encoder"]

@@ -1,0 +1,28 @@
+"""What every encoder returns, and the interface the rest of the product relies on."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+
+@dataclass(slots=True)
+class Encoded:
+    dense: np.ndarray  # (n, dim) float32, L2-normalised
+    tokens: list[np.ndarray] | None  # per text (tokens, dim) float16, L2-normalised; None if the model has none
+
+
+class Encoder(Protocol):
+    name: str
+    dim: int
+    has_token_vectors: bool
+
+    def encode(self, texts: list[str]) -> Encoded:
+        """Encode a batch at once (called from a worker thread; must release the GIL in its heavy part)."""
+        ...
+
+
+def l2_normalise(x: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    return x / np.maximum(norms, 1e-12)

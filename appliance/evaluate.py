@@ -1,0 +1,116 @@
+"""Retrieval evaluation on a BEIR-format folder: nDCG@10, recall@100, MRR@10 and search latency.
+
+Results are chunks; a document's rank is the rank of its best chunk, as a user reading the list would see it.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from .config import Settings
+from .ingest import DocumentInput
+from .pipeline import Appliance
+from .retrieve import PartitionFilter
+
+EVAL_TENANT, EVAL_PARTITION = "eval", "corpus"
+
+
+@dataclass(slots=True)
+class BeirData:
+    corpus: list[dict]
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+
+
+def load_beir(folder: Path, split: str = "test") -> BeirData:
+    folder = Path(folder)
+    corpus = list(read_jsonl(folder / "corpus.jsonl"))
+    queries = {str(q["_id"]): q["text"] for q in read_jsonl(folder / "queries.jsonl")}
+    qrels: dict[str, dict[str, int]] = {}
+    with open(folder / "qrels" / f"{split}.tsv", encoding="utf-8") as f:
+        reader = csv.reader(f, delimiter="\t")
+        header = next(reader)
+        if header and header[0].strip().isdigit():  # no header line after all
+            reader = iter([header, *reader])
+        for row in reader:
+            if len(row) >= 3 and int(row[2]) > 0:
+                qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+    return BeirData(corpus, {q: t for q, t in queries.items() if q in qrels}, qrels)
+
+
+def read_jsonl(path: Path) -> Iterator[dict]:
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
+
+
+def beir_documents(corpus: list[dict]) -> list[DocumentInput]:
+    return [DocumentInput(id=str(d["_id"]), title=d.get("title") or "", text=d.get("text") or d.get("title") or "",
+                          metadata=d.get("metadata") or None) for d in corpus]
+
+
+def ndcg_at(ranked: list[str], relevant: dict[str, int], k: int = 10) -> float:
+    dcg = sum((2 ** relevant.get(doc, 0) - 1) / math.log2(i + 2) for i, doc in enumerate(ranked[:k]))
+    ideal = sorted(relevant.values(), reverse=True)[:k]
+    idcg = sum((2 ** g - 1) / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def recall_at(ranked: list[str], relevant: dict[str, int], k: int = 100) -> float:
+    return len(set(ranked[:k]) & set(relevant)) / len(relevant) if relevant else 0.0
+
+
+def mrr_at(ranked: list[str], relevant: dict[str, int], k: int = 10) -> float:
+    for i, doc in enumerate(ranked[:k]):
+        if doc in relevant:
+            return 1.0 / (i + 1)
+    return 0.0
+
+
+async def score_queries(appliance: Appliance, data: BeirData, mode: str = "hybrid",
+                        late_interaction: bool | None = None, tenant: str = EVAL_TENANT) -> dict[str, float]:
+    """Run every judged query through the in-process search path and average the metrics."""
+    ndcg, recall, mrr, latency = [], [], [], []
+    where = PartitionFilter(tenant)
+    for qid, text in data.queries.items():
+        started = time.perf_counter()
+        result = await appliance.search(text, where, k=150, late_interaction=late_interaction, mode=mode)
+        latency.append((time.perf_counter() - started) * 1000)
+        ranked = list(dict.fromkeys(h.chunk.doc_key for h in result.hits))
+        relevant = data.qrels[qid]
+        ndcg.append(ndcg_at(ranked, relevant))
+        recall.append(recall_at(ranked, relevant))
+        mrr.append(mrr_at(ranked, relevant))
+    return {
+        "ndcg@10": round(float(np.mean(ndcg)), 4), "recall@100": round(float(np.mean(recall)), 4),
+        "mrr@10": round(float(np.mean(mrr)), 4), "p50_ms": round(float(np.percentile(latency, 50)), 2),
+        "p99_ms": round(float(np.percentile(latency, 99)), 2), "queries": len(latency),
+    }
+
+
+async def evaluate_retrieval(settings: Settings, folder: Path, split: str = "test", mode: str = "hybrid",
+                             late_interaction: bool | None = None, progress=None) -> dict[str, float]:
+    """Ingest the folder's corpus into a fresh temporary store, then score its judged queries."""
+    data = load_beir(folder, split)
+    with tempfile.TemporaryDirectory(prefix="appliance-eval-") as tmp:
+        appliance = Appliance(replace(settings, data_dir=Path(tmp), demo_corpus=False))
+        await appliance.start(warm_up=False)
+        try:
+            docs = beir_documents(data.corpus)
+            for start in range(0, len(docs), 256):
+                await appliance.ingest(EVAL_TENANT, EVAL_PARTITION, docs[start:start + 256], wait=False)
+                if progress:
+                    progress(min(start + 256, len(docs)), len(docs))
+            await appliance.ingest(EVAL_TENANT, EVAL_PARTITION, [], wait=True)
+            return await score_queries(appliance, data, mode, late_interaction)
+        finally:
+            await appliance.stop()

@@ -1,0 +1,129 @@
+"""A partition's index at one version: immutable, memory-mapped, safe to search from many threads.
+
+Everything a search needs lives in the version folder, texts and document fields included, so a search sees one
+consistent state (old or new) while an ingest builds the next version beside it.
+Row i of every array belongs to chunk_ids[i]; USearch keys are chunk ids; bm25s document i is row i.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+from dataclasses import dataclass
+from pathlib import Path
+
+import bm25s
+import numpy as np
+from usearch.index import Index
+
+CURRENT = "CURRENT"
+
+
+@dataclass(slots=True, frozen=True)
+class ChunkInfo:
+    chunk_id: int
+    doc_key: str
+    ordinal: int
+    title: str
+    source: str
+    metadata: dict
+    text: str
+
+
+class PartitionSnapshot:
+    def __init__(self, folder: Path, expansion_search: int = 64):
+        self.folder = Path(folder)
+        self.manifest = json.loads((self.folder / "manifest.json").read_text())
+        self.partition_id: int = self.manifest["partition_id"]
+        self.store_version: int = self.manifest["store_version"]
+        self.encoder: str = self.manifest["encoder"]
+        self.dim: int = self.manifest["dim"]
+        self.chunk_ids = np.load(self.folder / "chunk_ids.npy", mmap_mode="r")
+        self.doc_index = np.load(self.folder / "doc_index.npy", mmap_mode="r")
+        self.ordinals = np.load(self.folder / "ordinals.npy", mmap_mode="r")
+        self.text_offsets = np.load(self.folder / "text_offsets.npy", mmap_mode="r")
+        self.dense = np.load(self.folder / "dense.npy", mmap_mode="r")
+        self.docs: list[dict] = json.loads((self.folder / "docs.json").read_text(encoding="utf-8"))
+        self._texts = _map(self.folder / "texts.bin")
+        self.size = int(len(self.chunk_ids))
+        self.hnsw: Index | None = None
+        self.bm25: bm25s.BM25 | None = None
+        if self.size:
+            self.hnsw = Index.restore(str(self.folder / "hnsw.usearch"), view=True)
+            self.hnsw.expansion_search = expansion_search
+            self.bm25 = bm25s.BM25.load(str(self.folder / "bm25"), mmap=True)
+        self.token_refs = None
+        self.token_shards: dict[int, np.ndarray] = {}
+        if self.manifest.get("token_vectors"):
+            self.token_refs = np.load(self.folder / "token_refs.npy", mmap_mode="r")
+            for shard in self.manifest["token_shards"]:
+                self.token_shards[shard] = np.load(self.folder.parent / "tokens" / f"{shard:06d}.npy", mmap_mode="r")
+
+    @property
+    def has_token_vectors(self) -> bool:
+        return self.token_refs is not None
+
+    # -- search ------------------------------------------------------------------------------------------------
+
+    def ann(self, vector: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows and cosine similarities of the k nearest chunks."""
+        if self.hnsw is None:
+            return _empty()
+        found = self.hnsw.search(vector.astype(np.float32), min(k, self.size))
+        keys = np.asarray(found.keys, dtype=np.int64)
+        rows = np.searchsorted(self.chunk_ids, keys)
+        return rows, 1.0 - np.asarray(found.distances, dtype=np.float32)
+
+    def bm25_search(self, terms: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Rows and BM25 scores of the k best chunks that share at least one term with the query."""
+        if self.bm25 is None:
+            return _empty()
+        ids = self.bm25.get_tokens_ids(terms)
+        if not ids:
+            return _empty()
+        scores = self.bm25.get_scores_from_ids(ids)
+        k = min(k, int(np.count_nonzero(scores)))
+        if k == 0:
+            return _empty()
+        top = np.argpartition(-scores, k - 1)[:k]
+        top = top[np.argsort(-scores[top], kind="stable")]
+        return top.astype(np.int64), scores[top].astype(np.float32)
+
+    def token_vectors(self, rows: np.ndarray) -> list[np.ndarray]:
+        assert self.token_refs is not None
+        out = []
+        for row in rows:
+            shard, start, count = self.token_refs[row]
+            out.append(self.token_shards[int(shard)][start:start + count])
+        return out
+
+    # -- fields ------------------------------------------------------------------------------------------------
+
+    def text(self, row: int) -> str:
+        start, end = int(self.text_offsets[row]), int(self.text_offsets[row + 1])
+        return self._texts[start:end].decode("utf-8") if self._texts is not None else ""
+
+    def chunk(self, row: int) -> ChunkInfo:
+        doc = self.docs[int(self.doc_index[row])]
+        return ChunkInfo(
+            chunk_id=int(self.chunk_ids[row]), doc_key=doc["key"], ordinal=int(self.ordinals[row]),
+            title=doc["title"], source=doc["source"], metadata=doc["metadata"], text=self.text(row),
+        )
+
+
+def current_version(partition_dir: Path) -> Path | None:
+    pointer = Path(partition_dir) / CURRENT
+    if not pointer.exists():
+        return None
+    folder = Path(partition_dir) / pointer.read_text().strip()
+    return folder if (folder / "manifest.json").exists() else None
+
+
+def _map(path: Path) -> mmap.mmap | None:
+    if path.stat().st_size == 0:
+        return None
+    with open(path, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def _empty() -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(0, np.int64), np.zeros(0, np.float32)

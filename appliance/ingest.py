@@ -1,0 +1,142 @@
+"""The write path: validated documents -> chunks -> store (acknowledged) -> encoded -> next index version.
+
+The store commit is the acknowledgement: once it returns, the documents survive a crash. Each partition has one
+indexer that brings its index up to the store's version; concurrent ingests into a partition coalesce into one
+index build, and a search reads the previous version until the new one is swapped in. After a crash between the
+commit and the swap, boot finds the index behind the store and builds the same delta again.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import ChunkSettings
+from .encode import MicroBatcher
+from .index import IndexParams, NewChunks, PartitionSnapshot, build_version, collect_garbage, current_version
+from .store import NewDocument, Partition, Store
+from .text import BM25Tokenizer, chunk_text, content_hash
+
+log = logging.getLogger("appliance.ingest")
+
+
+@dataclass(slots=True, frozen=True)
+class DocumentInput:
+    """A document as a client sends it (already validated for types)."""
+    text: str
+    title: str = ""
+    id: str | None = None
+    source: str = ""
+    metadata: dict[str, Any] | None = None
+    time: float | None = None
+
+
+def prepare_documents(docs: list[DocumentInput], chunking: ChunkSettings) -> list[NewDocument]:
+    prepared = []
+    for doc in docs:
+        metadata = doc.metadata or {}
+        meta_json = json.dumps(metadata, ensure_ascii=False, sort_keys=True)
+        digest = content_hash(doc.title, doc.text, meta_json)
+        chunks = chunk_text(doc.text, chunking.max_words, chunking.overlap_words, chunking.max_chars_cjk,
+                            chunking.overlap_chars_cjk) or ([doc.title] if doc.title else [])
+        prepared.append(NewDocument(
+            key=doc.id or digest[:16], title=doc.title, text=doc.text, chunks=chunks, content_hash=digest,
+            source=doc.source, metadata=metadata, time=doc.time,
+        ))
+    return prepared
+
+
+class PartitionIndexer:
+    """Keeps one partition's index in step with the store. All builds for a partition run one at a time."""
+
+    def __init__(self, partition: Partition, folder: Path, store: Store, batcher: MicroBatcher,
+                 tokenizer: BM25Tokenizer, params: IndexParams, ingest_batch: int):
+        self.partition = partition
+        self.folder = folder
+        self.store = store
+        self.batcher = batcher
+        self.tokenizer = tokenizer
+        self.params = params
+        self.ingest_batch = ingest_batch
+        self.snapshot: PartitionSnapshot | None = None
+        self._lock = asyncio.Lock()
+
+    @property
+    def indexed_version(self) -> int:
+        return self.snapshot.store_version if self.snapshot is not None else -1
+
+    def open(self) -> None:
+        """Load the current version from disk (no encoding); `catch_up` then closes any gap with the store."""
+        folder = current_version(self.folder)
+        if folder is not None:
+            self.snapshot = PartitionSnapshot(folder, self.params.expansion_search)
+            collect_garbage(self.folder)
+
+    async def catch_up(self, version: int | None = None, rebuild: bool = False) -> int:
+        """Make the index reflect the store at `version` or later; returns the version now indexed."""
+        if version is not None and self.indexed_version >= version and not rebuild:
+            return self.indexed_version
+        async with self._lock:
+            if version is not None and self.indexed_version >= version and not rebuild:
+                return self.indexed_version  # another caller's build already covered this one
+            await self._build(rebuild)
+            return self.indexed_version
+
+    async def _build(self, rebuild: bool) -> None:
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        store_version, chunk_ids = await loop.run_in_executor(None, self.store.partition_state, self.partition.id)
+        wanted = np.asarray(chunk_ids, dtype=np.int64)
+        previous = None if rebuild else self.snapshot
+        have = np.asarray(previous.chunk_ids, dtype=np.int64) if previous is not None else np.zeros(0, np.int64)
+        if previous is not None and previous.encoder != self.batcher.encoder.name:
+            previous, have = None, np.zeros(0, np.int64)
+        removed = np.setdiff1d(have, wanted, assume_unique=True)
+        to_add = np.setdiff1d(wanted, have, assume_unique=True)
+        if previous is not None and not len(removed) and not len(to_add):
+            if previous.store_version != store_version:  # e.g. only "unchanged" rewrites: just move the pointer
+                self.snapshot = await loop.run_in_executor(None, self._publish, previous, removed, None, None)
+            return
+        added = await self._encode(to_add)
+        self.snapshot = await loop.run_in_executor(None, self._publish, previous, removed, added, store_version)
+        log.info("partition %s/%s: index v%d (+%d -%d chunks, %d in all) in %.0f ms", self.partition.tenant,
+                 self.partition.name, store_version, len(to_add), len(removed), self.snapshot.size,
+                 (time.perf_counter() - started) * 1000)
+
+    def _publish(self, previous, removed, added, store_version) -> PartitionSnapshot:
+        encoder = self.batcher.encoder
+        if store_version is None:  # nothing to add or remove
+            store_version, _ = self.store.partition_state(self.partition.id)
+            added = NewChunks.empty(encoder.dim, encoder.has_token_vectors)
+        return build_version(self.folder, self.partition.id, store_version, encoder.name, encoder.dim, previous,
+                             removed, added, self.params, self.tokenizer.many)
+
+    async def _encode(self, chunk_ids: np.ndarray) -> NewChunks:
+        encoder = self.batcher.encoder
+        loop = asyncio.get_running_loop()
+        rows = await loop.run_in_executor(None, lambda: list(self.store.chunks(chunk_ids.tolist())))
+        texts = [r.text for r in rows]
+        inputs = [f"{r.title}. {r.text}" if r.title else r.text for r in rows]
+        dense = np.zeros((len(rows), encoder.dim), np.float32)
+        tokens: list[np.ndarray] | None = [None] * len(rows) if encoder.has_token_vectors else None  # type: ignore
+        # Shortest first: a batch pads to its longest text, so similar lengths waste less.
+        order = sorted(range(len(rows)), key=lambda i: len(inputs[i]))
+        for start in range(0, len(order), self.ingest_batch):
+            part = order[start:start + self.ingest_batch]
+            encoded = await self.batcher.encode_many([inputs[i] for i in part])
+            dense[part] = encoded.dense
+            if tokens is not None and encoded.tokens is not None:
+                for i, vectors in zip(part, encoded.tokens):
+                    tokens[i] = vectors
+        docs = [{"key": r.doc_key, "title": r.title, "source": r.source, "metadata": r.metadata} for r in rows]
+        return NewChunks(
+            chunk_ids=np.asarray([r.id for r in rows], np.int64), ordinals=np.asarray([r.ordinal for r in rows],
+                                                                                      np.int32),
+            texts=texts, docs=docs, dense=dense, tokens=tokens,
+        )

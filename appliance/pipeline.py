@@ -1,0 +1,242 @@
+"""Wires the stages: store, encoder (micro-batched), partition indexes, hybrid retrieval.
+
+`Appliance` is what the HTTP layer and the CLI talk to; it owns every long-lived part and the order they start
+in. Request path for search: encode the query -> pick partitions -> BM25 and HNSW in parallel -> RRF -> late
+interaction -> results with per-stage timings.
+"""
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .config import Settings
+from .encode import MicroBatcher, load_encoder
+from .index import IndexParams
+from .ingest import DocumentInput, PartitionIndexer, prepare_documents
+from .models import model_path
+from .retrieve import Hit, HybridParams, HybridSearcher, PartitionFilter, Target, Timings, select_partitions
+from .store import DocumentStatus, Store
+from .text import BM25Tokenizer
+
+log = logging.getLogger("appliance")
+
+SAMPLES = Path(__file__).parent / "samples"
+DEMO_TENANT, DEMO_PARTITION = "default", "demo"
+
+
+class DataDirBusy(RuntimeError):
+    """Another appliance process holds this data folder."""
+
+
+@dataclass(slots=True)
+class SearchResult:
+    hits: list[Hit]
+    partitions: list[str]
+    timings: dict[str, float]
+
+
+@dataclass(slots=True)
+class IngestResult:
+    tenant: str
+    partition: str
+    version: int
+    indexed_version: int
+    documents: list[DocumentStatus] = field(default_factory=list)
+
+
+class Appliance:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.ready = False
+        self.boot_ms: float | None = None
+        self._lock_file = None
+        self.store: Store | None = None
+        self.batcher: MicroBatcher | None = None
+        self.tokenizer = BM25Tokenizer()
+        self.indexers: dict[int, PartitionIndexer] = {}
+        self._executor = ThreadPoolExecutor(settings.retrieve.search_threads, thread_name_prefix="search")
+        r = settings.retrieve
+        self.searcher = HybridSearcher(HybridParams(r.rrf_k, r.overfetch, r.late_interaction, r.late_candidates),
+                                       self._executor)
+        i = settings.index
+        self.index_params = IndexParams(i.dtype, i.metric, i.connectivity, i.expansion_add, i.expansion_search)
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------
+
+    async def start(self, warm_up: bool = True) -> None:
+        started = time.perf_counter()
+        s = self.settings
+        s.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_data_dir()
+        encoder = await asyncio.to_thread(load_encoder, s.encoder.model, model_path(s.models_dir, s.encoder.model),
+                                          s.encoder.threads, s.encoder.max_length)
+        self.batcher = MicroBatcher(encoder, s.encoder.batch_window_ms, s.encoder.max_batch, s.encoder.queue_size)
+        await self.batcher.start()
+        self.store = Store(s.store_path)
+        for partition in self.store.partitions():
+            indexer = self._indexer(partition)
+            await asyncio.to_thread(indexer.open)
+            if indexer.indexed_version != partition.version:  # behind the store (crash) or built by another encoder
+                log.info("partition %s/%s: index at v%d, store at v%d: catching up", partition.tenant,
+                         partition.name, indexer.indexed_version, partition.version)
+            await indexer.catch_up(partition.version)
+        if s.demo_corpus and not self.store.partitions():
+            await self._ingest_samples()
+        if warm_up:
+            await self._warm_up()
+        self.boot_ms = (time.perf_counter() - started) * 1000
+        self.ready = True
+        log.info("ready in %.0f ms: %d partitions", self.boot_ms, len(self.indexers))
+
+    async def stop(self) -> None:
+        self.ready = False
+        if self.batcher is not None:
+            await self.batcher.stop()
+        self._executor.shutdown(wait=True)
+        if self.store is not None:
+            self.store.close()
+        if self._lock_file is not None:
+            self._lock_file.close()
+            self._lock_file = None
+
+    def _lock_data_dir(self) -> None:
+        self._lock_file = open(self.settings.data_dir / ".lock", "a+")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.close()
+            self._lock_file = None
+            raise DataDirBusy(f"{self.settings.data_dir} is in use by another appliance process") from None
+        self._lock_file.seek(0)
+        self._lock_file.truncate()
+        self._lock_file.write(str(os.getpid()))
+        self._lock_file.flush()
+
+    async def _warm_up(self) -> None:
+        """Touch every part once so the first real request pays no loading cost."""
+        started = time.perf_counter()
+        assert self.batcher is not None
+        query = await self.batcher.encode("warm up")
+        for indexer in self.indexers.values():
+            snapshot = indexer.snapshot
+            if snapshot is not None and snapshot.size:
+                await self.searcher.search([Target(indexer.partition.name, snapshot)], query.dense, query.tokens,
+                                           self.tokenizer("warm up"), 1, Timings())
+        log.info("warm-up done in %.0f ms", (time.perf_counter() - started) * 1000)
+
+    async def _ingest_samples(self) -> None:
+        docs = [DocumentInput(id=p.stem, title=p.stem.replace("-", " "), text=p.read_text(encoding="utf-8"),
+                              source=f"samples/{p.name}") for p in sorted(SAMPLES.glob("*.md"))]
+        if docs:
+            await self.ingest(DEMO_TENANT, DEMO_PARTITION, docs)
+            log.info("empty store: ingested %d sample documents into %s/%s", len(docs), DEMO_TENANT, DEMO_PARTITION)
+
+    def _indexer(self, partition) -> PartitionIndexer:
+        indexer = self.indexers.get(partition.id)
+        if indexer is None:
+            assert self.store is not None and self.batcher is not None
+            folder = self.settings.index_dir / f"p{partition.id:06d}"
+            indexer = PartitionIndexer(partition, folder, self.store, self.batcher, self.tokenizer,
+                                       self.index_params, self.settings.encoder.ingest_batch)
+            self.indexers[partition.id] = indexer
+        return indexer
+
+    # -- writes ------------------------------------------------------------------------------------------------
+
+    async def ingest(self, tenant: str, partition: str, docs: list[DocumentInput], kind: str = "default",
+                     wait: bool = True) -> IngestResult:
+        """Store the documents (durable when this returns) and, with `wait`, index them before returning."""
+        assert self.store is not None
+        prepared = await asyncio.to_thread(prepare_documents, docs, self.settings.chunking)
+        record = await asyncio.to_thread(self.store.ensure_partition, tenant, partition, kind)
+        written = await asyncio.to_thread(self.store.upsert_documents, record.id, prepared)
+        indexer = self._refresh_record(record.id)
+        indexed = await self._index(indexer, written.version, wait)
+        return IngestResult(tenant, partition, written.version, indexed, written.documents)
+
+    async def delete(self, tenant: str, key: str, partition: str | None = None, wait: bool = True) -> list[IngestResult]:
+        assert self.store is not None
+        results = []
+        for record in await asyncio.to_thread(self.store.document_keys, tenant, key):
+            if partition is not None and record.name != partition:
+                continue
+            written = await asyncio.to_thread(self.store.delete_documents, record.id, [key])
+            indexer = self._refresh_record(record.id)
+            indexed = await self._index(indexer, written.version, wait)
+            results.append(IngestResult(tenant, record.name, written.version, indexed, written.documents))
+        return results
+
+    async def reindex(self, tenant: str | None = None, partition: str | None = None) -> list[IngestResult]:
+        """Rebuild indexes from the store, re-encoding every chunk."""
+        assert self.store is not None
+        results = []
+        for record in self.store.partitions(tenant):
+            if partition is not None and record.name != partition:
+                continue
+            indexer = self._refresh_record(record.id)
+            version = await indexer.catch_up(rebuild=True)
+            results.append(IngestResult(record.tenant, record.name, record.version, version))
+        return results
+
+    def _refresh_record(self, partition_id: int) -> PartitionIndexer:
+        assert self.store is not None
+        record = self.store.partition_by_id(partition_id)
+        indexer = self._indexer(record)
+        indexer.partition = record  # time range and version for partition selection
+        return indexer
+
+    async def _index(self, indexer: PartitionIndexer, version: int, wait: bool) -> int:
+        task = asyncio.ensure_future(indexer.catch_up(version))
+        if not wait:
+            task.add_done_callback(_log_failure)
+            return indexer.indexed_version
+        return await asyncio.shield(task)  # a client that goes away does not cancel a build others wait on
+
+    # -- reads -------------------------------------------------------------------------------------------------
+
+    def partitions(self, tenant: str | None = None) -> list[dict]:
+        out = []
+        for indexer in self.indexers.values():
+            p = indexer.partition
+            if tenant is not None and p.tenant != tenant:
+                continue
+            out.append({"tenant": p.tenant, "name": p.name, "kind": p.kind, "version": p.version,
+                        "indexed_version": indexer.indexed_version,
+                        "chunks": indexer.snapshot.size if indexer.snapshot else 0})
+        return out
+
+    async def search(self, query: str, where: PartitionFilter, k: int | None = None,
+                     late_interaction: bool | None = None, mode: str = "hybrid") -> SearchResult:
+        assert self.batcher is not None
+        k = k or self.settings.retrieve.default_k
+        timings = Timings()
+        started = time.perf_counter()
+        chosen = select_partitions([i.partition for i in self.indexers.values()], where)
+        targets = [Target(p.name, self.indexers[p.id].snapshot) for p in chosen
+                   if self.indexers[p.id].snapshot is not None]
+        timings.add("partitions", (time.perf_counter() - started) * 1000)
+        if not targets:
+            return SearchResult([], [], {**timings.stages, "total": _ms(started)})
+        t = time.perf_counter()
+        encoded = await self.batcher.encode(query)
+        terms = self.tokenizer(query)
+        timings.add("encode", _ms(t))
+        hits = await self.searcher.search(targets, encoded.dense, encoded.tokens, terms, k, timings,
+                                          late=late_interaction, mode=mode)
+        timings.add("total", _ms(started))
+        return SearchResult(hits, [t.name for t in targets], timings.stages)
+
+
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000
+
+
+def _log_failure(task: asyncio.Future) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("background index build failed: %s", task.exception())

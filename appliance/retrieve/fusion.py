@@ -1,0 +1,15 @@
+"""Reciprocal Rank Fusion: sum of 1 / (k + rank) over the ranked lists a candidate appears in.
+
+It needs no score calibration, which matters here: BM25 scores and cosine similarities live on unrelated scales.
+"""
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+
+def rrf(ranked_lists: Sequence[Sequence[Hashable]], k: int = 60) -> list[tuple[Hashable, float]]:
+    scores: dict[Hashable, float] = {}
+    for ranked in ranked_lists:
+        for rank, item in enumerate(ranked, start=1):
+            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+    return sorted(scores.items(), key=lambda pair: pair[1], reverse=True)

@@ -1,0 +1,144 @@
+"""Hybrid search over a set of partition snapshots: BM25 and HNSW in parallel, RRF, then late interaction.
+
+Both libraries release the GIL in their heavy parts, so the two lists (and every partition's) are computed at the
+same time on the worker threads; the request waits for the slower list, not the sum of all.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..index import ChunkInfo, PartitionSnapshot
+from .fusion import rrf
+from .late import maxsim
+
+
+@dataclass(slots=True, frozen=True)
+class Target:
+    """One partition to search: its name and the snapshot to read."""
+    name: str
+    snapshot: PartitionSnapshot
+
+
+@dataclass(slots=True)
+class Hit:
+    partition: str
+    chunk: ChunkInfo
+    score: float  # the score the final order is by
+    rrf: float
+    bm25_rank: int | None
+    ann_rank: int | None
+    late: float | None = None
+
+
+@dataclass(slots=True)
+class Timings:
+    stages: dict[str, float] = field(default_factory=dict)
+
+    def add(self, stage: str, ms: float) -> None:
+        self.stages[stage] = round(self.stages.get(stage, 0.0) + ms, 3)
+
+
+@dataclass(slots=True, frozen=True)
+class HybridParams:
+    rrf_k: int = 60
+    overfetch: int = 10
+    late_interaction: bool = False
+    late_candidates: int = 100
+
+
+class HybridSearcher:
+    def __init__(self, params: HybridParams, executor: Executor):
+        self.params = params
+        self.executor = executor
+
+    async def search(self, targets: list[Target], dense: np.ndarray, query_tokens: np.ndarray | None,
+                     terms: list[str], k: int, timings: Timings, late: bool | None = None,
+                     mode: str = "hybrid") -> list[Hit]:
+        """`mode`: "hybrid" (both lists fused), or "bm25" / "dense" alone (for evaluation and debugging)."""
+        if not targets:
+            return []
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}")
+        late = self.params.late_interaction if late is None else late
+        late = late and query_tokens is not None and all(t.snapshot.has_token_vectors for t in targets)
+        fetch = max(k * self.params.overfetch, self.params.late_candidates if late else 0)
+        loop = asyncio.get_running_loop()
+        jobs = []
+        for t in targets:
+            if mode == "dense":
+                jobs.append(_done(_empty_list()))
+            else:
+                jobs.append(loop.run_in_executor(self.executor, _timed, t.snapshot.bm25_search, terms, fetch))
+            if mode == "bm25":
+                jobs.append(_done(_empty_list()))
+            else:
+                jobs.append(loop.run_in_executor(self.executor, _timed, t.snapshot.ann, dense, fetch))
+        results = await asyncio.gather(*jobs)
+        timings.add("bm25", max(r[1] for r in results[0::2]))
+        timings.add("ann", max(r[1] for r in results[1::2]))
+
+        started = time.perf_counter()
+        bm25_list = _merge([(i, r[0]) for i, r in enumerate(results[0::2])], fetch)
+        ann_list = _merge([(i, r[0]) for i, r in enumerate(results[1::2])], fetch)
+        fused = rrf([ranked for ranked in (bm25_list, ann_list) if ranked], self.params.rrf_k)
+        bm25_rank = {key: rank for rank, key in enumerate(bm25_list, 1)}
+        ann_rank = {key: rank for rank, key in enumerate(ann_list, 1)}
+        timings.add("fuse", (time.perf_counter() - started) * 1000)
+
+        if late:
+            candidates = fused[: self.params.late_candidates]
+            scores, ms = await loop.run_in_executor(self.executor, _timed, _late_scores, targets, query_tokens,
+                                                    [key for key, _ in candidates])
+            timings.add("late_interaction", ms)
+            order = np.argsort(-scores, kind="stable")[:k]
+            picked = [(candidates[i][0], candidates[i][1], float(scores[i])) for i in order]
+        else:
+            picked = [(key, score, None) for key, score in fused[:k]]
+
+        hits = []
+        for (target_no, row), fused_score, late_score in picked:
+            hits.append(Hit(
+                partition=targets[target_no].name, chunk=targets[target_no].snapshot.chunk(row),
+                score=late_score if late_score is not None else fused_score, rrf=fused_score,
+                bm25_rank=bm25_rank.get((target_no, row)), ann_rank=ann_rank.get((target_no, row)), late=late_score,
+            ))
+        return hits
+
+
+def _merge(per_target: list[tuple[int, tuple[np.ndarray, np.ndarray]]], limit: int) -> list[tuple[int, int]]:
+    """One ranked list over all partitions, by score (cosine is comparable across partitions; BM25 nearly so)."""
+    items = [(float(score), target, int(row)) for target, (rows, scores) in per_target
+             for row, score in zip(rows, scores)]
+    items.sort(key=lambda x: x[0], reverse=True)
+    return [(target, row) for _, target, row in items[:limit]]
+
+
+def _late_scores(targets: list[Target], query_tokens: np.ndarray, keys: list[tuple[int, int]]) -> np.ndarray:
+    passages = []
+    for target_no, row in keys:
+        passages.extend(targets[target_no].snapshot.token_vectors(np.asarray([row])))
+    return maxsim(query_tokens, passages)
+
+
+MODES = ("hybrid", "bm25", "dense")
+
+
+def _empty_list():
+    return (np.zeros(0, np.int64), np.zeros(0, np.float32)), 0.0
+
+
+def _done(value) -> asyncio.Future:
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
+
+
+def _timed(fn, *args):
+    started = time.perf_counter()
+    result = fn(*args)
+    return result, (time.perf_counter() - started) * 1000

@@ -1,0 +1,131 @@
+"""Timing and scoring helpers shared by every system under test, so all of them are measured the same way."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Awaitable, Callable, Iterable
+
+import numpy as np
+
+from appliance.evaluate import BeirData, mrr_at, ndcg_at, recall_at
+
+QUALITY_K = 150  # chunks fetched per query for quality, as appliance.evaluate.score_queries does (recall@100 docs)
+SPEED_K = 10  # results per request when timing: what an app asks for
+
+
+def ms_since(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+def latency_stats(samples_ms: list[float]) -> dict:
+    a = np.asarray(samples_ms, dtype=np.float64)
+    return {"p50_ms": round(float(np.percentile(a, 50)), 2), "p99_ms": round(float(np.percentile(a, 99)), 2),
+            "mean_ms": round(float(a.mean()), 2), "n": int(len(a))}
+
+
+def doc_ranking(doc_keys: Iterable[str]) -> list[str]:
+    """Chunks -> documents: a document ranks where its best chunk does (as in appliance.evaluate)."""
+    return list(dict.fromkeys(doc_keys))
+
+
+def score_rankings(data: BeirData, ranked: dict[str, list[str]]) -> dict:
+    """Average nDCG@10, recall@100 and MRR@10 with the product's own metric functions."""
+    ndcg, recall, mrr = [], [], []
+    for qid, docs in ranked.items():
+        relevant = data.qrels[qid]
+        ndcg.append(ndcg_at(docs, relevant))
+        recall.append(recall_at(docs, relevant))
+        mrr.append(mrr_at(docs, relevant))
+    return {"ndcg@10": round(float(np.mean(ndcg)), 4), "recall@100": round(float(np.mean(recall)), 4),
+            "mrr@10": round(float(np.mean(mrr)), 4), "queries": len(ranked)}
+
+
+def sequential_latency(search: Callable[[str], object], queries: list[str], warm_up: int = 5) -> dict:
+    for q in queries[:warm_up]:
+        search(q)
+    samples = []
+    for q in queries:
+        started = time.perf_counter()
+        search(q)
+        samples.append(ms_since(started))
+    return latency_stats(samples)
+
+
+def thread_throughput(search: Callable[[str], object], queries: list[str], clients: int) -> dict:
+    """`clients` threads share one queue of requests; queries/s = requests / wall time of the whole batch."""
+    pending = iter(queries)
+    lock_free_next = pending.__next__  # next() on a list iterator is atomic under the GIL
+
+    def worker() -> list[float]:
+        samples = []
+        while True:
+            try:
+                q = lock_free_next()
+            except StopIteration:
+                return samples
+            started = time.perf_counter()
+            search(q)
+            samples.append(ms_since(started))
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        results = list(pool.map(lambda _: worker(), range(clients)))
+    return _throughput(started, list(itertools.chain(*results)), clients)
+
+
+async def async_throughput(search: Callable[[str], Awaitable[object]], queries: list[str], clients: int) -> dict:
+    """`clients` asyncio tasks share one queue of requests (in-process or HTTP: the caller's `search` decides)."""
+    pending = iter(queries)
+    errors = 0
+
+    async def worker() -> list[float]:
+        nonlocal errors
+        samples = []
+        for q in pending:
+            started = time.perf_counter()
+            try:
+                await search(q)
+            except Exception:  # counted, not fatal: a failed request must show in the report, not hide the rest
+                errors += 1
+                continue
+            samples.append(ms_since(started))
+        return samples
+
+    started = time.perf_counter()
+    results = await asyncio.gather(*(worker() for _ in range(clients)))
+    out = _throughput(started, list(itertools.chain(*results)), clients)
+    out["errors"] = errors
+    return out
+
+
+def _throughput(started: float, samples: list[float], clients: int) -> dict:
+    wall = time.perf_counter() - started
+    return {"qps": round(len(samples) / wall, 1), "requests": len(samples), "clients": clients,
+            "wall_s": round(wall, 2), **{f"client_{k}": v for k, v in latency_stats(samples).items() if k != "n"}}
+
+
+def rounds_for(queries: list[str], minimum: int) -> list[str]:
+    """The distinct queries repeated until at least `minimum` requests (the search path has no result cache)."""
+    if not queries:
+        return []
+    repeat = max(1, -(-minimum // len(queries)))
+    return queries * repeat
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def folder_bytes(path: os.PathLike) -> int:
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            total += os.path.getsize(os.path.join(root, name))
+    return total

@@ -1,0 +1,132 @@
+"""Our appliance: quality per retrieval mode, single-query latency, and throughput in-process and over HTTP."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from appliance.evaluate import EVAL_TENANT, BeirData, score_queries
+from appliance.pipeline import Appliance
+from appliance.retrieve import PartitionFilter
+
+from .data import REPO
+from .measure import SPEED_K, async_throughput, latency_stats, ms_since
+
+# (label, mode, late interaction); late interaction needs token vectors (MiniLM only)
+CONFIGS = [("bm25", "bm25", False), ("dense", "dense", False), ("hybrid", "hybrid", False),
+           ("hybrid+late", "hybrid", True)]
+
+
+async def quality(app: Appliance, data: BeirData, has_tokens: bool, log=print) -> dict[str, dict]:
+    """The product's own evaluation loop (appliance.evaluate.score_queries) for each configuration."""
+    out: dict[str, dict] = {}
+    for label, mode, late in CONFIGS:
+        if late and not has_tokens:
+            out[label] = {"n/a": "encoder has no token vectors"}
+            continue
+        started = time.perf_counter()
+        out[label] = await score_queries(app, data, mode=mode, late_interaction=late)
+        log(f"    ours {label:12s} {_brief(out[label])} ({time.perf_counter() - started:.0f} s)")
+    return out
+
+
+async def latency(app: Appliance, queries: list[str], late: bool = False, warm_up: int = 5) -> dict:
+    """Sequential single queries through Appliance.search: query encoding included, HTTP excluded."""
+    where = PartitionFilter(EVAL_TENANT)
+    for q in queries[:warm_up]:
+        await app.search(q, where, SPEED_K, late_interaction=late)
+    samples = []
+    for q in queries:
+        started = time.perf_counter()
+        await app.search(q, where, SPEED_K, late_interaction=late)
+        samples.append(ms_since(started))
+    return latency_stats(samples)
+
+
+async def inprocess_throughput(app: Appliance, queries: list[str], clients: int) -> dict:
+    """`clients` concurrent asyncio callers of Appliance.search: the like-for-like figure against in-process peers."""
+    where = PartitionFilter(EVAL_TENANT)
+    await app.search(queries[0], where, SPEED_K)
+    batches_before = app.batcher.stats.batches if app.batcher else 0
+    items_before = app.batcher.stats.items if app.batcher else 0
+    result = await async_throughput(lambda q: app.search(q, where, SPEED_K), queries, clients)
+    if app.batcher:  # how well the micro-batcher coalesced the concurrent query encodings
+        batches = app.batcher.stats.batches - batches_before
+        result["mean_encode_batch"] = round((app.batcher.stats.items - items_before) / max(batches, 1), 1)
+    return result
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """The real server (`python -m appliance serve`) in a child process on a free loopback port."""
+
+    def __init__(self, data_dir: Path, encoder: str):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "APPLIANCE_DATA_DIR": str(data_dir), "APPLIANCE_MODELS_DIR": str(REPO / "models"),
+                    "APPLIANCE_DEMO_CORPUS": "false", "APPLIANCE_ENCODER_MODEL": encoder,
+                    "APPLIANCE_LOG_LEVEL": "warning"}
+        self.log_path = data_dir.parent / f"server-{data_dir.name}.log"  # a pipe could fill and stall the server
+        self.proc: subprocess.Popen | None = None
+        self.boot_s: float | None = None
+
+    async def __aenter__(self) -> "Server":
+        started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "appliance", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            cwd=REPO, env=self.env, stdout=subprocess.DEVNULL, stderr=open(self.log_path, "wb"))
+        async with httpx.AsyncClient(timeout=2) as client:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"server exited: {self.log_path.read_text(errors='replace')[-2000:]}")
+                try:
+                    if (await client.get(self.url + "/readyz")).status_code == 200:
+                        self.boot_s = round(time.perf_counter() - started, 1)
+                        return self
+                except httpx.HTTPError:
+                    pass
+                await asyncio.sleep(0.2)
+        await self.__aexit__()
+        raise TimeoutError("server did not become ready in 300 s")
+
+    async def __aexit__(self, *exc) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.to_thread(self.proc.wait, 30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+async def http_throughput(data_dir: Path, encoder: str, queries: list[str], clients: int) -> dict:
+    """`clients` concurrent HTTP clients (one httpx pool, keep-alive) against the real server on loopback.
+    The clients run in this process and share the machine's cores with the server, as any local load test does."""
+    async with Server(data_dir, encoder) as server:
+        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+        async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=60) as client:
+            async def search(q: str) -> None:
+                reply = await client.post("/v1/search", json={"tenant": EVAL_TENANT, "query": q, "k": SPEED_K})
+                reply.raise_for_status()
+
+            await search(queries[0])
+            result = await async_throughput(search, queries, clients)
+        result["server_boot_s"] = server.boot_s
+    return result
+
+
+def _brief(m: dict) -> str:
+    return f"nDCG@10 {m['ndcg@10']:.4f}  R@100 {m['recall@100']:.4f}  p50 {m['p50_ms']} ms  p99 {m['p99_ms']} ms"

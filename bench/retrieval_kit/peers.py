@@ -1,0 +1,114 @@
+"""The peers: what a user would build instead, fed the same chunks and the same vectors as the appliance.
+
+(a) faiss IndexFlatIP + rank_bm25 BM25Okapi, glued in Python with RRF (k = 60), run one after the other.
+(b) txtai Embeddings with hybrid search and content storage, vectors supplied by an external transform.
+
+Both encode the query with the same ONNX encoder (its own instance, same thread count as the appliance's), and
+both tokenise for BM25 as they would out of the box, except that (a) gets the appliance's tokenizer: rank_bm25 has
+none of its own (it expects token lists), and plain whitespace splitting would not segment Chinese at all.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from appliance.retrieve import rrf
+from appliance.text import BM25Tokenizer
+
+from .data import Corpus
+from .measure import doc_ranking, ms_since
+
+OVERFETCH = 10  # each list fetches 10 x k before fusion, as the appliance does (retrieve.overfetch)
+
+
+class FaissRankBM25:
+    name = "faiss+rank_bm25"
+
+    def __init__(self, corpus: Corpus, encoder, rrf_k: int = 60):
+        import faiss
+        from rank_bm25 import BM25Okapi
+
+        started = time.perf_counter()
+        self.encoder = encoder
+        self.tokenize = BM25Tokenizer()
+        self.rrf_k = rrf_k
+        self.index = faiss.IndexFlatIP(corpus.dense.shape[1])  # exact search: cosine on normalised vectors
+        self.index.add(np.ascontiguousarray(corpus.dense, dtype=np.float32))
+        self.bm25 = BM25Okapi([self.tokenize(corpus.bm25_text(r)) for r in range(len(corpus.texts))])
+        self.build_s = round(time.perf_counter() - started, 1)
+
+    def lists(self, query: str, fetch: int) -> tuple[list[int], list[int]]:
+        """BM25 rows and dense rows, best first (BM25 only where a query term occurs, as bm25s does)."""
+        vector = self.encoder.encode([query]).dense
+        _, ids = self.index.search(vector, fetch)
+        dense = [int(i) for i in ids[0] if i >= 0]
+        scores = self.bm25.get_scores(self.tokenize(query))
+        fetch = min(fetch, int(np.count_nonzero(scores > 0)))
+        if fetch == 0:
+            return [], dense
+        top = np.argpartition(-scores, fetch - 1)[:fetch]
+        return [int(i) for i in top[np.argsort(-scores[top], kind="stable")]], dense
+
+    def search(self, query: str, k: int) -> list[int]:
+        bm25, dense = self.lists(query, k * OVERFETCH)
+        return [row for row, _ in rrf([x for x in (bm25, dense) if x], self.rrf_k)[:k]]
+
+    def search_all(self, query: str, k: int) -> dict[str, list[int]]:
+        """One pass, three rankings: BM25 alone, dense alone, fused (for the quality table)."""
+        bm25, dense = self.lists(query, k * OVERFETCH)
+        fused = [row for row, _ in rrf([x for x in (bm25, dense) if x], self.rrf_k)[:k]]
+        return {"bm25": bm25[:k], "dense": dense[:k], "hybrid": fused}
+
+
+class TxtaiHybrid:
+    name = "txtai"
+
+    def __init__(self, corpus: Corpus, encoder):
+        from txtai import Embeddings
+
+        started = time.perf_counter()
+        n = len(corpus.texts)
+        texts = [corpus.bm25_text(r) for r in range(n)]
+        # txtai hands the transform the texts to embed; corpus texts map to their stored vectors, anything else
+        # (a query) goes through the ONNX encoder. It must be a plain function: txtai calls other callables first.
+        known = {t: corpus.dense[r] for r, t in enumerate(texts)}
+
+        def transform(batch: list[str]) -> np.ndarray:
+            found = [known.get(t) for t in batch]
+            missing = [i for i, v in enumerate(found) if v is None]
+            if missing:
+                encoded = encoder.encode([batch[i] for i in missing]).dense
+                for i, vector in zip(missing, encoded):
+                    found[i] = vector
+            return np.stack(found).astype(np.float32)
+
+        # hybrid=True: txtai's default BM25 scoring (terms index, normalised scores, convex fusion 0.5/0.5) + dense
+        # index (faiss, txtai's own choice of index type by size). content=True: texts stored in its SQLite.
+        self.embeddings = Embeddings(method="external", transform=transform, content=True, hybrid=True)
+        self.embeddings.index((r, {"text": t}, None) for r, t in enumerate(texts))
+        # txtai's content database shares one cursor and temporary tables between searches; its own Application
+        # (what its API server runs) therefore serialises every search under a lock. Do the same.
+        self.lock = threading.RLock()
+        self.build_s = round(time.perf_counter() - started, 1)
+        build = self.embeddings.config.get("build", {})
+        self.index_type = f"{self.embeddings.config.get('backend')} {build.get('settings', {}).get('components', '?')}"
+
+    def search(self, query: str, k: int) -> list[int]:
+        with self.lock:
+            results = self.embeddings.search(query, k)
+        return [int(r["id"]) for r in results]
+
+
+def quality(peer, corpus: Corpus, data, k: int) -> tuple[dict[str, dict[str, list[str]]], list[float]]:
+    """Per ranking kind, the document ranking of every judged query; plus the time of each call (ms)."""
+    ranked: dict[str, dict[str, list[str]]] = {}
+    samples = []
+    for qid, text in data.queries.items():
+        started = time.perf_counter()
+        rows = peer.search_all(text, k) if hasattr(peer, "search_all") else {"hybrid": peer.search(text, k)}
+        samples.append(ms_since(started))
+        for kind, found in rows.items():
+            ranked.setdefault(kind, {})[qid] = doc_ranking(corpus.doc_keys[r] for r in found)
+    return ranked, samples

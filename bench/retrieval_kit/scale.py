@@ -1,0 +1,149 @@
+"""Scale: one partition of ~100k chunks, search latency with query encoding (HTTP excluded) and its memory.
+
+The chunks are SciFact's own, repeated with small perturbations, because encoding 100k texts would take hours on
+2 cores: each copy's vector gets gaussian noise (then re-normalised) and its text loses one word and has two
+neighbouring words swapped, so neither the HNSW graph nor the BM25 index sees exact duplicates. The partition is
+written with the product's own `build_version`, and searched through the same path as `Appliance.search`:
+the micro-batched encoder, the BM25 tokenizer and `HybridSearcher` with the default settings.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import random
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from appliance.encode import MicroBatcher, load_encoder
+from appliance.index import IndexParams, NewChunks, PartitionSnapshot, build_version, current_version
+from appliance.models import model_path
+from appliance.retrieve import HybridParams, HybridSearcher, Target, Timings
+from appliance.text import BM25Tokenizer
+
+from .data import CACHE, make_settings
+from .measure import SPEED_K, folder_bytes, latency_stats, ms_since, rss_bytes
+
+NOISE = 0.01  # per dimension; a copy keeps cosine ~0.98 with its original chunk
+TOKEN_STEP = 5_000  # chunks per build when token vectors are written (each chunk's are ~190 KB in f16)
+
+
+def build(source: PartitionSnapshot, n_chunks: int, with_tokens: bool, log=print) -> tuple[Path, dict]:
+    """Write (or reuse) the synthetic partition; returns its partition folder and build facts."""
+    tag = f"scale-{n_chunks}-{'tokens' if with_tokens else 'dense'}-{source.size}"
+    partition_dir = CACHE / tag / "p000001"
+    meta_path = partition_dir.parent / "bench-meta.json"
+    if meta_path.exists() and current_version(partition_dir) is not None:
+        meta = json.loads(meta_path.read_text())
+        if meta.get("chunks") == n_chunks:
+            log(f"  {tag}: reusing cached partition (built in {meta['build_s']} s)")
+            return partition_dir, meta
+    shutil.rmtree(partition_dir.parent, ignore_errors=True)
+    partition_dir.mkdir(parents=True)
+    log(f"  building {n_chunks} chunks from {source.size} SciFact chunks"
+        f"{' with token vectors' if with_tokens else ''}")
+    started = time.perf_counter()
+    rng = np.random.default_rng(0)
+    words = random.Random(0)
+    tokenizer = BM25Tokenizer()
+    step = TOKEN_STEP if with_tokens else n_chunks  # token vectors of 100k chunks do not fit in memory at once
+    snapshot = None
+    for version, start in enumerate(range(0, n_chunks, step), start=1):
+        ids = np.arange(start, min(start + step, n_chunks), dtype=np.int64)
+        src = ids % source.size
+        dense = np.asarray(source.dense, dtype=np.float32)[src] + rng.normal(0, NOISE, (len(ids), source.dim))
+        dense /= np.linalg.norm(dense, axis=1, keepdims=True)
+        docs = []
+        for i, row in zip(ids, src):
+            info = source.docs[int(source.doc_index[row])]
+            docs.append({**info, "key": f"{info['key']}~{i // source.size}"})
+        added = NewChunks(
+            chunk_ids=ids + 1, ordinals=np.asarray(source.ordinals, np.int32)[src],
+            texts=[_perturb(source.text(int(r)), words) for r in src], docs=docs, dense=dense.astype(np.float32),
+            tokens=source.token_vectors(src) if with_tokens else None,
+        )
+        snapshot = build_version(partition_dir, 1, version, source.encoder, source.dim, snapshot,
+                                 np.zeros(0, np.int64), added, IndexParams(), tokenizer.many)
+        log(f"    {snapshot.size} chunks written ({time.perf_counter() - started:.0f} s)")
+    meta = {"chunks": n_chunks, "build_s": round(time.perf_counter() - started, 1), "token_vectors": with_tokens}
+    meta_path.write_text(json.dumps(meta))
+    return partition_dir, meta
+
+
+def _perturb(text: str, rng: random.Random) -> str:
+    words = text.split()
+    if len(words) > 3:
+        del words[rng.randrange(len(words))]
+        i = rng.randrange(len(words) - 1)
+        words[i], words[i + 1] = words[i + 1], words[i]
+    return " ".join(words)
+
+
+async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[str], late: bool) -> dict:
+    """Open the partition fresh, then time sequential searches; memory = files on disk and RSS growth."""
+    settings = make_settings(CACHE / "scale-unused", "minilm")
+    e, r = settings.encoder, settings.retrieve
+    encoder = load_encoder("minilm", model_path(settings.models_dir, "minilm"), e.threads, e.max_length)
+    batcher = MicroBatcher(encoder, e.batch_window_ms, e.max_batch, e.queue_size)
+    executor = ThreadPoolExecutor(r.search_threads, thread_name_prefix="search")
+    searcher = HybridSearcher(HybridParams(r.rrf_k, r.overfetch, r.late_interaction, r.late_candidates), executor)
+    tokenizer = BM25Tokenizer()
+    await batcher.start()
+    try:
+        version = current_version(partition_dir)
+        gc.collect()
+        rss_before = rss_bytes()
+        snapshot = PartitionSnapshot(version, settings.index.expansion_search)
+        rss_open = rss_bytes()
+        targets = [Target("scale", snapshot)]
+
+        async def search(text: str, with_late: bool) -> dict[str, float]:
+            timings = Timings()
+            started = time.perf_counter()
+            query = await batcher.encode(text)
+            terms = tokenizer(text)
+            timings.add("encode", ms_since(started))
+            await searcher.search(targets, query.dense, query.tokens, terms, SPEED_K, timings, late=with_late)
+            timings.add("total", ms_since(started))
+            return timings.stages
+
+        out: dict = {"chunks": snapshot.size}
+        for label, with_late in [("hybrid", False)] + ([("hybrid+late", True)] if late else []):
+            for q in queries[:5]:
+                await search(q, with_late)
+            runs = [await search(q, with_late) for q in queries]
+            out[label] = latency_stats([t["total"] for t in runs])
+            out[label]["stages_p99_ms"] = {s: round(float(np.percentile([t.get(s, 0.0) for t in runs], 99)), 2)
+                                           for s in runs[0] if s != "total"}
+        rss_after = rss_bytes()
+        tokens_dir = partition_dir / "tokens"
+        token_bytes = folder_bytes(tokens_dir) if snapshot.has_token_vectors else 0
+        out["memory"] = {
+            "version_folder_bytes": folder_bytes(version),
+            "token_shard_bytes": token_bytes,
+            "token_shard_bytes_estimated": None if token_bytes else _estimate_tokens(source, snapshot.size),
+            "rss_growth_open_bytes": rss_open - rss_before,
+            "rss_growth_after_queries_bytes": rss_after - rss_before,
+        }
+        return out
+    finally:
+        await batcher.stop()
+        executor.shutdown(wait=True)
+
+
+def _estimate_tokens(source: PartitionSnapshot, chunks: int) -> int | None:
+    """Token shards of `chunks` chunks at the source partition's measured bytes per chunk (not written here)."""
+    if not source.has_token_vectors or not source.size:
+        return None
+    live = int(np.asarray(source.token_refs)[:, 2].sum()) * source.dim * 2  # f16 token rows the version uses
+    return int(live / source.size * chunks)
+
+
+async def run(source_version: Path, n_chunks: int, queries: list[str], with_tokens: bool, log=print) -> dict:
+    source = PartitionSnapshot(source_version)
+    partition_dir, meta = await asyncio.to_thread(build, source, n_chunks, with_tokens, log)
+    return {"build": meta, **await measure(partition_dir, source, queries, with_tokens)}

@@ -1,0 +1,39 @@
+"""Fixtures: built models, real data slices, a real server on loopback with a SciFact slice ingested."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from appliance.config import Settings
+from appliance.evaluate import BeirData, beir_documents
+from appliance.models import build_models
+from support import ROOT, SCIFACT, LiveServer, beir_slice, make_settings
+
+
+@pytest.fixture(scope="session")
+def models_dir() -> Path:
+    build_models(ROOT / "models", log=lambda *_: None)  # idempotent: checks checksums, builds only what is missing
+    return ROOT / "models"
+
+
+@pytest.fixture
+def settings(tmp_path, models_dir) -> Settings:
+    return make_settings(tmp_path, models_dir)
+
+
+@pytest.fixture(scope="session")
+def scifact_slice() -> BeirData:
+    return beir_slice(SCIFACT, queries=60, distractors=200)
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory, models_dir, scifact_slice):
+    """One server for the HTTP tests, with the SciFact slice ingested into tenant `sci`, partition `abstracts`."""
+    data_dir = tmp_path_factory.mktemp("served")
+    with LiveServer(make_settings(data_dir, models_dir)) as live:
+        docs = [{"id": d.id, "title": d.title, "text": d.text} for d in beir_documents(scifact_slice.corpus)]
+        with live.client() as client:
+            reply = client.post("/v1/documents", json={"tenant": "sci", "partition": "abstracts", "documents": docs})
+            assert reply.status_code == 200, reply.text
+        yield live

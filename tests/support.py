@@ -1,0 +1,85 @@
+"""Helpers shared by the tests: settings, data slices from ../shared/data, a live server on loopback."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from appliance.config import Settings, load_settings
+from appliance.evaluate import BeirData, load_beir
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT.parent / "shared" / "data"
+SCIFACT = DATA / "beir_scifact"
+CMRC = DATA / "cmrc2018_retrieval_zh"
+
+
+def make_settings(data_dir: Path, models_dir: Path, **env: str) -> Settings:
+    base = {"APPLIANCE_DATA_DIR": str(data_dir), "APPLIANCE_MODELS_DIR": str(models_dir),
+            "APPLIANCE_DEMO_CORPUS": "false"}
+    base.update({f"APPLIANCE_{k.upper()}": v for k, v in env.items()})
+    return load_settings(env=base)
+
+
+def beir_slice(folder: Path, queries: int, distractors: int) -> BeirData:
+    """The first `queries` judged queries, their relevant documents and `distractors` other documents."""
+    data = load_beir(folder)
+    chosen = dict(list(data.queries.items())[:queries])
+    relevant = {doc for q in chosen for doc in data.qrels[q]}
+    corpus = [d for d in data.corpus if str(d["_id"]) in relevant]
+    corpus += [d for d in data.corpus if str(d["_id"]) not in relevant][:distractors]
+    return BeirData(corpus, chosen, {q: data.qrels[q] for q in chosen})
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """A real uvicorn server on a free loopback port, in a thread of this process."""
+
+    def __init__(self, settings: Settings):
+        self.port = free_port()
+        self.settings = replace(settings, server=replace(settings.server, port=self.port))
+        from appliance.serve import create_app
+
+        self.app = create_app(self.settings)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "LiveServer":
+        self.thread.start()
+        self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise TimeoutError("server did not become ready")
+
+    def client(self) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=120)
+
+    def __exit__(self, *exc) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)

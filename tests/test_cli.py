@@ -1,0 +1,89 @@
+"""The `appliance` command line, run as a user runs it: a subprocess with settings from the environment."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from support import SCIFACT, LiveServer, beir_slice, free_port, make_settings
+
+
+def cli(*args: str, data_dir: Path, models_dir: Path, port: int, timeout: int = 600) -> subprocess.CompletedProcess:
+    env = {**os.environ, "APPLIANCE_DATA_DIR": str(data_dir), "APPLIANCE_MODELS_DIR": str(models_dir),
+           "APPLIANCE_SERVER_PORT": str(port), "APPLIANCE_DEMO_CORPUS": "false", "APPLIANCE_LOG_LEVEL": "warning"}
+    return subprocess.run([sys.executable, "-m", "appliance", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+def write_beir(folder: Path, queries: int, distractors: int) -> None:
+    data = beir_slice(SCIFACT, queries, distractors)
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in data.corpus))
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n"
+                                                  for q, t in data.queries.items()))
+    rows = [f"{q}\t{d}\t{s}" for q, docs in data.qrels.items() for d, s in docs.items()]
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "\n".join(rows) + "\n")
+
+
+def test_ingest_search_reindex_locally(tmp_path, models_dir):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "pump.md").write_text("# Pump\nError code QZ-991 means the filter must be replaced.")
+    (docs / "boiler.txt").write_text("The boiler restarts itself after a power cut of less than a minute.")
+    beir = tmp_path / "beir"
+    write_beir(beir, queries=3, distractors=5)
+    data, port = tmp_path / "state", free_port()
+
+    done = cli("ingest", "--tenant", "ops", "--partition", "manuals", str(docs), str(beir / "corpus.jsonl"),
+               data_dir=data, models_dir=models_dir, port=port)
+    assert done.returncode == 0, done.stderr
+    assert "created" in done.stdout
+
+    found = cli("search", "--tenant", "ops", "--json", "--k", "3", "what does QZ-991 mean",
+                data_dir=data, models_dir=models_dir, port=port)
+    assert found.returncode == 0, found.stderr
+    hits = json.loads(found.stdout)["results"]
+    assert hits[0]["document_id"].endswith("pump.md")
+
+    text = cli("search", "--tenant", "ops", "boiler power cut", data_dir=data, models_dir=models_dir, port=port)
+    assert text.returncode == 0 and "boiler" in text.stdout.splitlines()[0]
+
+    again = cli("ingest", "--tenant", "ops", "--partition", "manuals", str(docs),
+                data_dir=data, models_dir=models_dir, port=port)
+    assert again.returncode == 0 and again.stdout.strip().endswith("2 unchanged")
+
+    rebuilt = cli("reindex", data_dir=data, models_dir=models_dir, port=port)
+    assert rebuilt.returncode == 0 and "ops/manuals: indexed at version 1" in rebuilt.stdout
+
+
+def test_ingest_goes_through_a_running_server(tmp_path, models_dir):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("Lighthouse keepers logged every passing ship by hand.")
+    with LiveServer(make_settings(tmp_path / "state", models_dir)) as live:
+        done = cli("ingest", "--tenant", "t", "--partition", "p", str(docs), data_dir=tmp_path / "unused",
+                   models_dir=models_dir, port=live.port)
+        assert done.returncode == 0, done.stderr
+        with live.client() as c:
+            hits = c.post("/v1/search", json={"tenant": "t", "query": "lighthouse ships"}).json()["results"]
+    assert hits[0]["document_id"].endswith("a.md")
+    assert not (tmp_path / "unused").exists()  # the CLI did not open a data folder of its own
+
+
+def test_eval_retrieval_prints_the_metrics_as_json(tmp_path, models_dir):
+    beir = tmp_path / "beir"
+    write_beir(beir, queries=8, distractors=20)
+    done = cli("eval", "retrieval", "--data", str(beir), "--json", data_dir=tmp_path / "state",
+               models_dir=models_dir, port=free_port())
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert {"ndcg@10", "recall@100", "mrr@10", "p50_ms", "p99_ms"} <= set(report)
+    assert report["queries"] == 8 and 0.5 < report["ndcg@10"] <= 1.0 and report["recall@100"] > 0.9
+    assert 0 < report["p50_ms"] <= report["p99_ms"]
+
+
+def test_bad_settings_stop_the_cli_with_a_clear_message(tmp_path, models_dir):
+    env = {**os.environ, "APPLIANCE_SERVER_PORT": "eighty"}
+    done = subprocess.run([sys.executable, "-m", "appliance", "search", "--tenant", "t", "q"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert done.returncode != 0 and "APPLIANCE_SERVER_PORT: expected an integer" in done.stderr

@@ -1,0 +1,54 @@
+from pathlib import Path
+
+import pytest
+
+from appliance.config import ConfigError, load_settings
+
+
+def test_defaults_are_valid():
+    s = load_settings(env={})
+    assert s.server.host == "127.0.0.1" and s.index.dtype == "f16" and s.retrieve.rrf_k == 60
+
+
+def test_toml_then_environment_override(tmp_path: Path):
+    path = tmp_path / "appliance.toml"
+    path.write_text('data_dir = "/srv/a"\n[server]\nport = 9000\n[retrieve]\nrrf_k = 30\n')
+    s = load_settings(path, env={"APPLIANCE_SERVER_PORT": "9100", "APPLIANCE_RETRIEVE_LATE_INTERACTION": "yes"})
+    assert s.data_dir == Path("/srv/a")
+    assert s.server.port == 9100  # environment wins over the file
+    assert s.retrieve.rrf_k == 30
+    assert s.retrieve.late_interaction is True
+
+
+def test_every_wrong_value_is_reported_at_once(tmp_path: Path):
+    path = tmp_path / "bad.toml"
+    path.write_text('[server]\nport = "eighty"\n[index]\ndtype = "f8"\nbogus = 1\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(path, env={"APPLIANCE_ENCODER_THREADS": "0"})
+    message = str(err.value)
+    assert "server.port: expected an integer" in message
+    assert "index.bogus: unknown setting" in message
+    # type errors stop validation of values; a clean file then reports range and choice errors
+    path.write_text('[index]\ndtype = "f8"\n')
+    with pytest.raises(ConfigError) as err:
+        load_settings(path, env={"APPLIANCE_ENCODER_THREADS": "0", "APPLIANCE_RETRIEVE_DEFAULT_K": "500"})
+    message = str(err.value)
+    assert "index.dtype: 'f8' is not one of" in message
+    assert "encoder.threads: must be greater than 0" in message
+    assert "retrieve.default_k: must not exceed retrieve.max_k" in message
+
+
+def test_missing_or_broken_file_is_a_clear_error(tmp_path: Path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "nope.toml", env={})
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[server\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(broken, env={})
+
+
+def test_bool_and_number_coercion_rejects_nonsense():
+    with pytest.raises(ConfigError, match="expected true or false"):
+        load_settings(env={"APPLIANCE_DEMO_CORPUS": "maybe"})
+    with pytest.raises(ConfigError, match="expected a number"):
+        load_settings(env={"APPLIANCE_ENCODER_BATCH_WINDOW_MS": "soon"})

@@ -1,0 +1,186 @@
+"""The whole write and read path in one process: real encoder, real SQLite, real indexes on disk."""
+import asyncio
+from dataclasses import replace
+
+import pytest
+
+from appliance.ingest import DocumentInput
+from appliance.pipeline import Appliance, DataDirBusy
+from appliance.retrieve import PartitionFilter
+
+from support import run
+
+DOCS = [
+    DocumentInput(id="aspirin", title="Aspirin", text="Daily low-dose aspirin reduces the risk of a first heart attack."),
+    DocumentInput(id="vitd", title="Vitamin D", text="Vitamin D deficiency is common in winter in northern countries."),
+    DocumentInput(id="mito", title="Cells", text="The mitochondria produce most of the energy a cell uses."),
+    DocumentInput(id="code", title="Codes", text="Error code XK-4471 means the pump's pressure sensor failed."),
+]
+
+
+async def started(settings) -> Appliance:
+    app = Appliance(settings)
+    await app.start()
+    return app
+
+
+def ids(result) -> list[str]:
+    return [h.chunk.doc_key for h in result.hits]
+
+
+def test_ingest_then_search_hybrid_with_timings(settings):
+    async def go():
+        app = await started(settings)
+        result = await app.ingest("acme", "kb", DOCS)
+        assert [d.status for d in result.documents] == ["created"] * 4 and result.indexed_version == result.version
+        paraphrase = await app.search("not enough sunshine vitamin in cold places", PartitionFilter("acme"), 2)
+        exact = await app.search("XK-4471", PartitionFilter("acme"), 2)
+        await app.stop()
+        return paraphrase, exact
+
+    paraphrase, exact = run(go())
+    assert ids(paraphrase)[0] == "vitd"
+    assert ids(exact)[0] == "code" and exact.hits[0].bm25_rank == 1  # an exact code: BM25 finds it
+    for stage in ("encode", "bm25", "ann", "fuse", "total"):
+        assert stage in paraphrase.timings
+    hit = paraphrase.hits[0]
+    assert hit.partition == "kb" and hit.chunk.chunk_id > 0 and hit.score > 0 and "Vitamin D" in hit.chunk.text
+
+
+def test_late_interaction_stage_runs_when_asked(settings):
+    async def go():
+        app = await started(settings)
+        await app.ingest("acme", "kb", DOCS)
+        result = await app.search("energy of the cell", PartitionFilter("acme"), 2, late_interaction=True)
+        await app.stop()
+        return result
+
+    result = run(go())
+    assert "late_interaction" in result.timings and ids(result)[0] == "mito"
+    assert result.hits[0].late is not None and result.hits[0].late >= result.hits[1].late
+
+
+def test_reingest_is_idempotent_update_replaces_and_delete_removes(settings):
+    async def go():
+        app = await started(settings)
+        await app.ingest("acme", "kb", DOCS)
+        again = await app.ingest("acme", "kb", DOCS)
+        changed = await app.ingest("acme", "kb", [DocumentInput(id="vitd", title="Vitamin D",
+                                                                text="Sunlight lets the skin make calciferol.")])
+        after_update = await app.search("calciferol skin sunlight", PartitionFilter("acme"), 4)
+        old_text = await app.search("deficiency winter northern countries", PartitionFilter("acme"), 4)
+        deleted = await app.delete("acme", "aspirin")
+        after_delete = await app.search("aspirin heart attack", PartitionFilter("acme"), 4)
+        missing = await app.delete("acme", "nope")
+        await app.stop()
+        return again, changed, after_update, old_text, deleted, after_delete, missing
+
+    again, changed, after_update, old_text, deleted, after_delete, missing = run(go())
+    assert {d.status for d in again.documents} == {"unchanged"} and again.version == 1
+    assert changed.documents[0].status == "updated" and changed.version == 2
+    assert ids(after_update)[0] == "vitd" and "calciferol" in after_update.hits[0].chunk.text
+    assert all("winter" not in h.chunk.text for h in old_text.hits)  # the replaced text is gone from the index
+    assert deleted[0].documents[0].status == "deleted"
+    assert "aspirin" not in ids(after_delete)
+    assert missing == []
+
+
+def test_tenants_never_see_each_other(settings):
+    async def go():
+        app = await started(settings)
+        await app.ingest("t1", "kb", DOCS[:2])
+        await app.ingest("t2", "kb", DOCS[2:])
+        r1 = await app.search("heart attack aspirin", PartitionFilter("t1"), 10)
+        r2 = await app.search("heart attack aspirin", PartitionFilter("t2"), 10)
+        cross = await app.search("aspirin", PartitionFilter("t2", names=("kb",)), 10)
+        cross_delete = await app.delete("t2", "aspirin")
+        await app.stop()
+        return r1, r2, cross, cross_delete
+
+    r1, r2, cross, cross_delete = run(go())
+    assert set(ids(r1)) <= {"aspirin", "vitd"} and "aspirin" in ids(r1)
+    assert set(ids(r2)) <= {"mito", "code"} and set(ids(cross)) <= {"mito", "code"}
+    assert cross_delete == []
+
+
+def test_partition_filters_by_kind_and_time(settings):
+    async def go():
+        app = await started(settings)
+        await app.ingest("t", "old", [replace(DOCS[0], time=1_000.0)], kind="mail")
+        await app.ingest("t", "new", [replace(DOCS[0], id="aspirin2", time=9_000.0)], kind="wiki")
+        recent = await app.search("aspirin", PartitionFilter("t", time_from=5_000.0), 5)
+        mail = await app.search("aspirin", PartitionFilter("t", kinds=("mail",)), 5)
+        none = await app.search("aspirin", PartitionFilter("t", kinds=("nothing",)), 5)
+        await app.stop()
+        return recent, mail, none
+
+    recent, mail, none = run(go())
+    assert recent.partitions == ["new"] and ids(recent) == ["aspirin2"]
+    assert mail.partitions == ["old"] and ids(mail) == ["aspirin"]
+    assert none.partitions == [] and none.hits == []
+
+
+def test_restart_catches_up_an_index_left_behind_the_store(settings):
+    async def go():
+        app = await started(settings)
+        await app.ingest("acme", "kb", DOCS[:2])
+        # Commit to the store without building the index, as after a crash between commit and publish.
+        await app.ingest("acme", "kb", DOCS[2:], wait=False)
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.cancel()
+        await app.stop()
+        app = await started(settings)
+        result = await app.search("XK-4471 pressure sensor", PartitionFilter("acme"), 4)
+        parts = app.partitions("acme")
+        await app.stop()
+        return result, parts
+
+    result, parts = run(go())
+    assert ids(result)[0] == "code"
+    assert parts[0]["version"] == parts[0]["indexed_version"] == 2 and parts[0]["chunks"] == 4
+
+
+def test_a_data_dir_is_used_by_one_process_at_a_time(settings):
+    async def go():
+        first = await started(settings)
+        try:
+            with pytest.raises(DataDirBusy):
+                await Appliance(settings).start()
+        finally:
+            await first.stop()
+        second = await started(settings)  # released on stop
+        await second.stop()
+
+    run(go())
+
+
+def test_search_during_ingest_sees_old_or_new_state(settings):
+    before = "Tokamak plasma confinement uses strong magnetic fields in a torus."
+    after = "Tokamak plasma confinement was improved by shaping the magnetic torus."
+
+    async def go():
+        app = await started(settings)
+        await app.ingest("acme", "kb", DOCS + [DocumentInput(id="fusion", title="Fusion", text=before)])
+        seen = []
+        stop = asyncio.Event()
+
+        async def searcher():
+            while not stop.is_set():
+                r = await app.search("tokamak plasma magnetic torus", PartitionFilter("acme"), 3)
+                seen.append([h.chunk.text for h in r.hits if h.chunk.doc_key == "fusion"])
+
+        task = asyncio.create_task(searcher())
+        for i in range(3):
+            text = after if i % 2 == 0 else before
+            await app.ingest("acme", "kb", [DocumentInput(id="fusion", title="Fusion", text=text)]
+                             + [DocumentInput(id=f"extra{i}", title="x", text=f"filler document {i}")])
+        stop.set()
+        await task
+        await app.stop()
+        return seen
+
+    seen = run(go())
+    assert len(seen) > 3
+    for texts in seen:
+        assert len(texts) == 1 and texts[0] in (before, after)  # never missing, never half of each

@@ -1,0 +1,119 @@
+"""The HTTP API on a real server on loopback."""
+import math
+
+import httpx
+
+from appliance.evaluate import ndcg_at
+
+
+def test_health_ready_and_openapi(served):
+    with served.client() as c:
+        assert c.get("/healthz").json() == {"status": "ok"}
+        ready = c.get("/readyz")
+        assert ready.status_code == 200 and ready.json()["status"] == "ready"
+        doc = c.get("/openapi.json").json()
+        assert doc["openapi"].startswith("3.")
+        assert {"/v1/documents", "/v1/documents/{id}", "/v1/search", "/healthz", "/readyz"} <= set(doc["paths"])
+        body = doc["paths"]["/v1/search"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert body["required"] == ["tenant", "query"]
+
+
+def test_search_returns_ranked_chunks_with_timings(served, scifact_slice):
+    text = next(iter(scifact_slice.queries.values()))
+    with served.client() as c:
+        reply = c.post("/v1/search", json={"tenant": "sci", "query": text, "k": 5})
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert len(body["results"]) == 5 and body["partitions"] == ["abstracts"]
+    first = body["results"][0]
+    assert {"document_id", "chunk_id", "partition", "text", "score", "title"} <= set(first)
+    assert first["partition"] == "abstracts" and first["text"] and first["chunk_id"] > 0
+    scores = [r["score"] for r in body["results"]]
+    assert scores == sorted(scores, reverse=True)
+    for stage in ("encode", "bm25", "ann", "fuse", "total"):
+        assert stage in body["timings_ms"]
+
+
+def test_hybrid_quality_on_a_scifact_slice(served, scifact_slice):
+    """Real judged queries over their documents plus distractors: the hybrid ranking must be good, not lucky."""
+    scores = []
+    with served.client() as c:
+        for qid, text in scifact_slice.queries.items():
+            hits = c.post("/v1/search", json={"tenant": "sci", "query": text, "k": 20}).json()["results"]
+            ranked = list(dict.fromkeys(h["document_id"] for h in hits))
+            scores.append(ndcg_at(ranked, scifact_slice.qrels[qid]))
+    assert sum(scores) / len(scores) > 0.7
+
+
+def test_ingest_delete_cycle_over_http(served):
+    with served.client() as c:
+        doc = {"id": "note-1", "title": "Pump manual", "text": "Error code QZ-991 means replace the filter.",
+               "metadata": {"lang": "en"}, "time": "2026-01-02T03:04:05Z"}
+        reply = c.post("/v1/documents", json={"tenant": "ops", "partition": "manuals", "kind": "manual",
+                                              "documents": [doc]})
+        assert reply.status_code == 200 and reply.json()["documents"] == [
+            {"id": "note-1", "status": "created", "chunks": 1}]
+        found = c.post("/v1/search", json={"tenant": "ops", "query": "QZ-991",
+                                           "filters": {"kinds": ["manual"]}}).json()["results"]
+        assert found[0]["document_id"] == "note-1" and found[0]["metadata"] == {"lang": "en"}
+        assert c.get("/v1/partitions", params={"tenant": "ops"}).json()["partitions"][0]["chunks"] == 1
+        # other tenants see nothing of it
+        assert c.post("/v1/search", json={"tenant": "sci", "query": "QZ-991 filter pump"}).json()["results"][0][
+            "document_id"] != "note-1"
+        assert c.delete("/v1/documents/note-1", params={"tenant": "sci"}).status_code == 404
+        gone = c.delete("/v1/documents/note-1", params={"tenant": "ops"})
+        assert gone.status_code == 200 and gone.json()["deleted"][0]["partition"] == "manuals"
+        assert c.post("/v1/search", json={"tenant": "ops", "query": "QZ-991"}).json()["results"] == []
+
+
+def error(reply: httpx.Response) -> dict:
+    body = reply.json()
+    assert set(body) == {"error"} and body["error"]["message"]
+    return body["error"]
+
+
+def test_bad_input_gets_a_4xx_naming_the_field_and_loses_nothing(served):
+    with served.client() as c:
+        before = c.get("/v1/partitions", params={"tenant": "sci"}).json()["partitions"][0]
+        cases = [
+            ({"tenant": "sci", "partition": "abstracts", "documents": [{"title": "no text"}]}, "documents[0].text"),
+            ({"tenant": "sci", "partition": "abstracts", "documents": []}, "documents"),
+            ({"tenant": "sci", "partition": "abstracts", "documents": [{"text": 5}]}, "documents[0].text"),
+            ({"tenant": "../etc", "partition": "abstracts", "documents": [{"text": "x"}]}, "tenant"),
+            ({"partition": "abstracts", "documents": [{"text": "x"}]}, "tenant"),
+            ({"tenant": "sci", "partition": "abstracts", "documents": [{"text": "x", "time": "yesterday"}]},
+             "documents[0].time"),
+            ({"tenant": "sci", "partition": "abstracts", "documents": [{"text": "x"}], "extra": 1}, "extra"),
+            ({"tenant": "sci", "partition": "abstracts", "documents": [{"text": "a", "id": "d"},
+                                                                       {"text": "b", "id": "d"}]}, "documents"),
+        ]
+        for body, field in cases:
+            reply = c.post("/v1/documents", json=body)
+            assert reply.status_code == 422, (body, reply.text)
+            assert error(reply)["field"] == field
+        for body, field in [({"tenant": "sci", "query": ""}, "query"), ({"tenant": "sci", "query": "x", "k": 0}, "k"),
+                            ({"tenant": "sci", "query": "x", "k": "ten"}, "k"),
+                            ({"tenant": "sci", "query": "x", "k": 1000}, "k"),
+                            ({"tenant": "sci", "query": ["x"]}, "query"),
+                            ({"tenant": "sci", "query": "x", "filters": {"kinds": "mail"}}, "filters.kinds")]:
+            reply = c.post("/v1/search", json=body)
+            assert reply.status_code == 422 and error(reply)["field"] == field, reply.text
+        bad_json = c.post("/v1/search", content=b'{"tenant": "sci", "query": ', headers={"content-type": "application/json"})
+        assert bad_json.status_code == 400 and error(bad_json)["code"] == "invalid_json"
+        bad_utf8 = c.post("/v1/search", content=b'{"tenant": "sci", "query": "\xff\xfe"}')
+        assert bad_utf8.status_code == 400 and error(bad_utf8)["code"] == "invalid_utf8"
+        not_object = c.post("/v1/search", json=[1, 2])
+        assert not_object.status_code == 422 and error(not_object)["field"] == "body"
+        too_big = c.post("/v1/search", content=b"x" * (served.settings.server.max_body_bytes + 1))
+        assert too_big.status_code == 413 and error(too_big)["code"] == "body_too_large"
+        assert c.post("/v1/search", content=b"").status_code == 400
+        assert c.get("/v1/search").status_code == 405
+        after = c.get("/v1/partitions", params={"tenant": "sci"}).json()["partitions"][0]
+    assert after == before  # nothing stored was lost or changed
+
+
+def test_not_finite_numbers_are_rejected(served):
+    with served.client() as c:
+        reply = c.post("/v1/documents", content=b'{"tenant":"sci","partition":"p","documents":[{"text":"x","time":NaN}]}')
+        assert reply.status_code == 422 and error(reply)["field"] == "documents[0].time"
+    assert math.isnan(float("nan"))

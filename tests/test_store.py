@@ -1,0 +1,84 @@
+import sqlite3
+import threading
+
+from appliance.store import NewDocument, Store
+
+
+def doc(key: str, text: str, chunks: list[str] | None = None, **kw) -> NewDocument:
+    return NewDocument(key=key, title=kw.pop("title", key), text=text, chunks=chunks or [text],
+                       content_hash=f"h-{key}-{text}", **kw)
+
+
+def test_store_uses_wal_and_full_sync(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    mode = store._writer.execute("PRAGMA journal_mode").fetchone()[0]
+    sync = store._writer.execute("PRAGMA synchronous").fetchone()[0]
+    assert mode == "wal" and sync == 2  # FULL
+
+
+def test_upsert_is_idempotent_by_content_hash(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    p = store.ensure_partition("t", "p")
+    first = store.upsert_documents(p.id, [doc("a", "alpha", ["a1", "a2"]), doc("b", "beta")])
+    assert [d.status for d in first.documents] == ["created", "created"] and first.version == 1
+    again = store.upsert_documents(p.id, [doc("a", "alpha", ["a1", "a2"])])
+    assert [d.status for d in again.documents] == ["unchanged"] and again.version == 1
+    ids_before = store.chunk_ids(p.id)
+    changed = store.upsert_documents(p.id, [doc("a", "alpha v2", ["new"])])
+    assert changed.documents[0].status == "updated" and changed.version == 2
+    ids_after = store.chunk_ids(p.id)
+    # the changed document's chunks were replaced (new ids, never reused); the other document's kept
+    assert len(ids_after) == 2 and max(ids_after) > max(ids_before)
+    texts = {c.text for c in store.chunks(ids_after)}
+    assert texts == {"new", "beta"}
+
+
+def test_delete_removes_document_and_chunks(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    p = store.ensure_partition("t", "p")
+    store.upsert_documents(p.id, [doc("a", "alpha"), doc("b", "beta")])
+    result = store.delete_documents(p.id, ["a", "zzz"])
+    assert [d.status for d in result.documents] == ["deleted", "not_found"]
+    assert {c.doc_key for c in store.chunks(store.chunk_ids(p.id))} == {"b"}
+    assert store.partition_by_id(p.id).version == 2
+    assert [j["op"] for j in store.journal(p.id)] == ["deleted", "created", "created"]
+
+
+def test_failed_transaction_leaves_nothing_behind(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    p = store.ensure_partition("t", "p")
+    store.upsert_documents(p.id, [doc("a", "alpha")])
+
+    bad = [doc("b", "beta"), NewDocument(key="c", title="c", text="x", chunks=["x"], content_hash=None)]  # NOT NULL
+    try:
+        store.upsert_documents(p.id, bad)
+    except sqlite3.IntegrityError:
+        pass
+    else:
+        raise AssertionError("expected the insert to fail")
+    assert store.count_documents(p.id) == 1 and store.partition_by_id(p.id).version == 1
+
+
+def test_partitions_are_per_tenant_with_time_range(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    a = store.ensure_partition("t1", "news", kind="news")
+    b = store.ensure_partition("t2", "news")
+    assert a.id != b.id
+    store.upsert_documents(a.id, [doc("x", "one", time=100.0), doc("y", "two", time=300.0)])
+    got = store.get_partition("t1", "news")
+    assert (got.kind, got.min_time, got.max_time) == ("news", 100.0, 300.0)
+    assert [p.name for p in store.partitions("t2")] == ["news"]
+    assert [p.tenant for p in store.document_keys("t1", "x")] == ["t1"]
+    assert store.document_keys("t2", "x") == []
+
+
+def test_readers_in_threads_see_committed_state(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    p = store.ensure_partition("t", "p")
+    store.upsert_documents(p.id, [doc("a", "alpha")])
+    seen = []
+    thread = threading.Thread(target=lambda: seen.append(store.partition_state(p.id)))
+    thread.start()
+    thread.join()
+    version, ids = seen[0]
+    assert version == 1 and len(ids) == 1

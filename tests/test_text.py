@@ -1,0 +1,52 @@
+from appliance.text import BM25Tokenizer, chunk_text, content_hash, has_cjk, normalise
+
+
+def test_chunks_respect_the_word_limit_and_overlap():
+    sentences = [f"Sentence number {i} talks about topic {i % 7} in some detail here." for i in range(60)]
+    chunks = chunk_text(" ".join(sentences), max_words=50, overlap_words=10, max_chars_cjk=100, overlap_chars_cjk=10)
+    assert len(chunks) > 5
+    assert all(len(c.split()) <= 50 for c in chunks)
+    assert chunks[0].startswith("Sentence number 0")
+    # consecutive chunks share their boundary words
+    assert chunks[0].split()[-10:] == chunks[1].split()[:10]
+    # nothing is lost
+    assert set(" ".join(sentences).split()) == set(" ".join(chunks).split())
+
+
+def test_a_sentence_longer_than_a_chunk_is_cut():
+    chunks = chunk_text("word " * 500, max_words=100, overlap_words=0, max_chars_cjk=100, overlap_chars_cjk=0)
+    assert [len(c.split()) for c in chunks] == [100] * 5
+
+
+def test_chinese_is_chunked_by_characters():
+    text = "锣鼓经常用的节奏型称为锣鼓点。" * 40
+    assert has_cjk(text)
+    chunks = chunk_text(text, max_words=180, overlap_words=30, max_chars_cjk=100, overlap_chars_cjk=20)
+    assert len(chunks) >= 6 and all(len(c) <= 100 for c in chunks)
+
+
+def test_empty_text_gives_no_chunks():
+    assert chunk_text("   ", 10, 2, 10, 2) == []
+
+
+def test_tokenizer_stems_english_and_drops_stop_words():
+    terms = BM25Tokenizer()("The mice were running to the Laboratories")
+    assert "the" not in terms and "were" not in terms
+    assert "run" in terms and "laboratori" in terms
+
+
+def test_tokenizer_segments_chinese_words():
+    terms = BM25Tokenizer()("《战国无双3》是由哪两个公司合作开发的？")
+    assert "战国" in terms and "公司" in terms and "合作" in terms and "开发" in terms
+    assert "的" not in terms  # stop word
+    assert "3" in terms
+
+
+def test_full_width_text_normalises_to_half_width():
+    assert normalise("ＲＡＧ　系统  ok") == "RAG 系统 ok"
+    assert BM25Tokenizer()("ＡＢＣ") == BM25Tokenizer()("abc")
+
+
+def test_content_hash_distinguishes_fields():
+    assert content_hash("a", "bc", "{}") != content_hash("ab", "c", "{}")
+    assert content_hash("a", "b", "{}") == content_hash("a", "b", "{}")

@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as exc:
         sys.exit(str(exc))
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
     try:
         args.run(settings, args)
     except KeyboardInterrupt:
@@ -209,6 +210,7 @@ async def _open(settings: Settings):
 
 def _read_documents(paths: list[Path]):
     from .evaluate import beir_documents, read_jsonl
+    from .text import markdown_title
 
     for path in paths:
         files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
@@ -216,8 +218,9 @@ def _read_documents(paths: list[Path]):
             if f.suffix == ".jsonl":
                 yield from beir_documents(list(read_jsonl(f)))
             elif f.suffix in (".txt", ".md"):
-                yield DocumentInput(id=str(f), title=f.stem, text=f.read_text(encoding="utf-8", errors="replace"),
-                                    source=str(f.resolve()))
+                text = f.read_text(encoding="utf-8", errors="replace")
+                title = markdown_title(text, f.stem) if f.suffix == ".md" else f.stem
+                yield DocumentInput(id=str(f), title=title, text=text, source=str(f.resolve()))
 
 
 def vars_of(doc: DocumentInput) -> dict[str, Any]:
@@ -230,6 +233,8 @@ def _server_url(settings: Settings) -> str | None:
     try:
         with urllib.request.urlopen(url + "/readyz", timeout=1) as reply:
             return url if reply.status == 200 else None
+    except urllib.error.HTTPError as exc:  # a server answers but is not ready: it holds the data folder
+        sys.exit(f"the server at {url} is not ready ({exc.read().decode(errors='replace')}); try again shortly")
     except (urllib.error.URLError, OSError):
         return None
 

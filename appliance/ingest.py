@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from .config import ChunkSettings
+from .config import ChunkSettings, IndexSettings
 from .encode import MicroBatcher
-from .index import IndexParams, NewChunks, PartitionSnapshot, build_version, collect_garbage, current_version
+from .index import NewChunks, PartitionSnapshot, build_version, collect_garbage, current_version
 from .store import NewDocument, Partition, Store
 from .text import BM25Tokenizer, chunk_text, content_hash
 
@@ -56,7 +56,7 @@ class PartitionIndexer:
     """Keeps one partition's index in step with the store. All builds for a partition run one at a time."""
 
     def __init__(self, partition: Partition, folder: Path, store: Store, batcher: MicroBatcher,
-                 tokenizer: BM25Tokenizer, params: IndexParams, ingest_batch: int):
+                 tokenizer: BM25Tokenizer, params: IndexSettings, ingest_batch: int):
         self.partition = partition
         self.folder = folder
         self.store = store

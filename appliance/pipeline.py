@@ -15,14 +15,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import threadpoolctl
+
 from .config import Settings
 from .encode import MicroBatcher, load_encoder
-from .index import IndexParams
 from .ingest import DocumentInput, PartitionIndexer, prepare_documents
 from .models import model_path
-from .retrieve import Hit, HybridParams, HybridSearcher, PartitionFilter, Target, Timings, select_partitions
+from .retrieve import Hit, HybridSearcher, PartitionFilter, Target, Timings, select_partitions
 from .store import DocumentStatus, Store
-from .text import BM25Tokenizer
+from .text import BM25Tokenizer, markdown_title
 
 log = logging.getLogger("appliance")
 
@@ -61,17 +62,16 @@ class Appliance:
         self.tokenizer = BM25Tokenizer()
         self.indexers: dict[int, PartitionIndexer] = {}
         self._executor = ThreadPoolExecutor(settings.retrieve.search_threads, thread_name_prefix="search")
-        r = settings.retrieve
-        self.searcher = HybridSearcher(HybridParams(r.rrf_k, r.overfetch, r.late_interaction, r.late_candidates),
-                                       self._executor)
-        i = settings.index
-        self.index_params = IndexParams(i.dtype, i.metric, i.connectivity, i.expansion_add, i.expansion_search)
+        self.searcher = HybridSearcher(settings.retrieve, self._executor)
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
     async def start(self, warm_up: bool = True) -> None:
         started = time.perf_counter()
         s = self.settings
+        # numpy's BLAS only serves small per-request products here (MaxSim); its worker threads would spin
+        # against ONNX Runtime and the search threads for the same cores, so it gets one thread.
+        threadpoolctl.threadpool_limits(limits=1, user_api="blas")
         s.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_data_dir()
         encoder = await asyncio.to_thread(load_encoder, s.encoder.model, model_path(s.models_dir, s.encoder.model),
@@ -131,8 +131,11 @@ class Appliance:
         log.info("warm-up done in %.0f ms", (time.perf_counter() - started) * 1000)
 
     async def _ingest_samples(self) -> None:
-        docs = [DocumentInput(id=p.stem, title=p.stem.replace("-", " "), text=p.read_text(encoding="utf-8"),
-                              source=f"samples/{p.name}") for p in sorted(SAMPLES.glob("*.md"))]
+        docs = []
+        for path in sorted(SAMPLES.glob("*.md")):
+            text = path.read_text(encoding="utf-8")
+            docs.append(DocumentInput(id=path.stem, title=markdown_title(text, path.stem), text=text,
+                                      source=f"samples/{path.name}"))
         if docs:
             await self.ingest(DEMO_TENANT, DEMO_PARTITION, docs)
             log.info("empty store: ingested %d sample documents into %s/%s", len(docs), DEMO_TENANT, DEMO_PARTITION)
@@ -143,7 +146,7 @@ class Appliance:
             assert self.store is not None and self.batcher is not None
             folder = self.settings.index_dir / f"p{partition.id:06d}"
             indexer = PartitionIndexer(partition, folder, self.store, self.batcher, self.tokenizer,
-                                       self.index_params, self.settings.encoder.ingest_batch)
+                                       self.settings.index, self.settings.encoder.ingest_batch)
             self.indexers[partition.id] = indexer
         return indexer
 

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from appliance.encode import load_encoder
-from appliance.index import IndexParams, NewChunks, PartitionSnapshot, build_version, current_version
+from appliance.config import IndexSettings
+from appliance.index import NewChunks, PartitionSnapshot, build_version, current_version
 from appliance.models import model_path
 from appliance.text import BM25Tokenizer
 
@@ -32,7 +33,7 @@ def chunks(encoder, ids):
 
 def build(folder, encoder, version, previous, removed, added):
     return build_version(folder, 7, version, encoder.name, encoder.dim, previous, np.asarray(removed, np.int64),
-                         added, IndexParams(), BM25Tokenizer().many)
+                         added, IndexSettings(), BM25Tokenizer().many)
 
 
 def test_build_search_and_reopen(tmp_path, encoder):
@@ -47,8 +48,11 @@ def test_build_search_and_reopen(tmp_path, encoder):
     assert info.text == TEXTS[1] and info.metadata == {"n": 1}
     reopened = PartitionSnapshot(current_version(tmp_path))
     assert list(reopened.chunk_ids) == [1, 2, 3] and reopened.text(2) == TEXTS[3]
-    tokens = reopened.token_vectors(np.asarray([0, 2]))
-    assert tokens[0].shape[1] == 384 and tokens[0].dtype == np.float16
+    codes, scales, lengths = reopened.token_vectors([0, 2])
+    assert codes.dtype == np.int8 and codes.shape == (lengths.sum(), 384) and scales.shape == (lengths.sum(),)
+    expected = encoder.encode([TEXTS[1]]).tokens[0].astype(np.float32)
+    first = codes[:lengths[0]].astype(np.float32) * scales[:lengths[0], None]
+    assert np.abs(first - expected).max() < 2e-3  # int8 with a per-token scale is within quantisation error
 
 
 def test_incremental_versions_add_and_remove(tmp_path, encoder):
@@ -59,8 +63,9 @@ def test_incremental_versions_add_and_remove(tmp_path, encoder):
     rows, _ = v2.ann(encoder.encode(["vitamin D deficiency"]).dense[0], 4)
     assert "d2" not in {v2.chunk(int(r)).doc_key for r in rows}
     # token vectors of carried rows still belong to their own chunks
-    again = encoder.encode([TEXTS[3]]).tokens[0]
-    assert np.allclose(v2.token_vectors(np.asarray([1]))[0].astype(np.float32), again.astype(np.float32), atol=2e-2)
+    again = encoder.encode([TEXTS[3]]).tokens[0].astype(np.float32)
+    codes, scales, _ = v2.token_vectors([1])
+    assert np.abs(codes.astype(np.float32) * scales[:, None] - again).max() < 2e-3
     # the old version stays readable while open (searches in flight), but is no longer current
     assert v1.text(1) == TEXTS[2]
     assert current_version(tmp_path) == v2.folder and not v1.folder.exists()
@@ -71,8 +76,9 @@ def test_token_shards_are_compacted_when_mostly_dead(tmp_path, encoder):
     v2 = build(tmp_path, encoder, 2, v1, [1, 2, 3], chunks(encoder, [5]))
     manifest = json.loads((v2.folder / "manifest.json").read_text())
     assert len(manifest["token_shards"]) == 1  # 1 live of 4 rows: rewritten into a single new shard
-    assert len(list((tmp_path / "tokens").glob("*.npy"))) == 1
-    assert v2.token_vectors(np.asarray([0]))[0].shape[0] > 0
+    assert sorted(p.name[0] for p in (tmp_path / "tokens").glob("*.npy")) == ["q", "s"]
+    codes, _, lengths = v2.token_vectors([0, 1])
+    assert len(lengths) == 2 and codes.shape[0] == lengths.sum() > 0
 
 
 def test_a_failed_build_leaves_the_current_version_intact(tmp_path, encoder, monkeypatch):

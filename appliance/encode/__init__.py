@@ -16,7 +16,7 @@ def load_encoder(model: str, model_dir: Path, threads: int = 2, max_length: int 
         return OnnxEncoder(model_dir, threads=threads, max_length=max_length)
     if model == "use":
         from .use_encoder import UseEncoder
-        return UseEncoder(model_dir, threads=threads)
+        return UseEncoder(model_dir)
     raise ValueError(f"unknown encoder {model!r}")
 
 

@@ -19,7 +19,8 @@ class Encoder(Protocol):
     has_token_vectors: bool
 
     def encode(self, texts: list[str]) -> Encoded:
-        """Encode a batch at once (called from a worker thread; must release the GIL in its heavy part)."""
+        """Encode a batch (called from worker threads, a query and a bulk one at once: must be thread-safe and
+        release the GIL in its heavy part)."""
         ...
 
 

@@ -49,8 +49,10 @@ class MicroBatcher:
         self.max_batch = max_batch
         self.queue_size = queue_size
         self.stats = BatchStats()
-        # One thread: ONNX Runtime already uses the configured intra-op threads for each batch.
+        # One thread for queries: ONNX Runtime already uses the configured intra-op threads for each batch.
+        # Bulk (ingest) batches take seconds, so they run on a thread of their own: a query never waits behind one.
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode")
+        self._bulk = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="encode-bulk")
         self._queue: asyncio.Queue[tuple[str, asyncio.Future]] | None = None
         self._task: asyncio.Task | None = None
 
@@ -68,6 +70,7 @@ class MicroBatcher:
                 pass
             self._task = None
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._bulk.shutdown(wait=False, cancel_futures=True)
 
     async def encode(self, text: str) -> Query:
         if self._queue is None:
@@ -81,8 +84,8 @@ class MicroBatcher:
         return await future
 
     async def encode_many(self, texts: list[str]) -> Encoded:
-        """A large batch (ingest) straight to the worker thread, bypassing the query window."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor, self.encoder.encode, texts)
+        """A large batch (ingest) on the bulk thread, bypassing the query window and queue."""
+        return await asyncio.get_running_loop().run_in_executor(self._bulk, self.encoder.encode, texts)
 
     async def _run(self) -> None:
         assert self._queue is not None

@@ -26,6 +26,9 @@ class OnnxEncoder:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        # Idle ORT threads otherwise spin for a while after each run, taking the cores that the search threads
+        # (BM25, HNSW, MaxSim) need right after the query is encoded.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = ort.InferenceSession(
             str(model_dir / "model.onnx"), sess_options=options, providers=_providers()
         )

@@ -19,7 +19,8 @@ import bm25s
 import numpy as np
 from usearch.index import Index
 
-from .snapshot import CURRENT, PartitionSnapshot, current_version
+from ..config import IndexSettings
+from .snapshot import CURRENT, PartitionSnapshot, current_version, quantize, shard_files
 
 _COMPACT_BELOW = 0.5  # rewrite token shards into one when less than half of their rows are still live
 
@@ -40,18 +41,9 @@ class NewChunks:
         return cls(np.zeros(0, np.int64), np.zeros(0, np.int32), [], [], np.zeros((0, dim), np.float32), tokens)
 
 
-@dataclass(slots=True, frozen=True)
-class IndexParams:
-    dtype: str = "f16"
-    metric: str = "cos"
-    connectivity: int = 16
-    expansion_add: int = 128
-    expansion_search: int = 64
-
-
 def build_version(partition_dir: Path, partition_id: int, store_version: int, encoder: str, dim: int,
                   previous: PartitionSnapshot | None, removed: np.ndarray, added: NewChunks,
-                  params: IndexParams, tokenize) -> PartitionSnapshot:
+                  params: IndexSettings, tokenize) -> PartitionSnapshot:
     """Write a new version = previous - removed + added, make it current, and return it opened."""
     partition_dir = Path(partition_dir)
     partition_dir.mkdir(parents=True, exist_ok=True)
@@ -124,10 +116,11 @@ def collect_garbage(partition_dir: Path) -> None:
         if entry.is_dir() and entry.name.startswith(("v", ".tmp-")) and entry != current:
             shutil.rmtree(entry, ignore_errors=True)
     manifest = json.loads((current / "manifest.json").read_text())
-    live = {f"{s:06d}.npy" for s in manifest.get("token_shards", [])}
-    for shard in (partition_dir / "tokens").glob("*.npy"):
-        if shard.name not in live:
-            shard.unlink(missing_ok=True)
+    tokens = partition_dir / "tokens"
+    live = {path for shard in manifest.get("token_shards", []) for path in shard_files(tokens, shard)}
+    for path in tokens.glob("*.npy"):
+        if path not in live:
+            path.unlink(missing_ok=True)
 
 
 def _build_hnsw(path: Path, previous, removed, chunk_ids, dense, added: NewChunks, order, params, dim) -> None:
@@ -150,26 +143,31 @@ def _build_hnsw(path: Path, previous, removed, chunk_ids, dense, added: NewChunk
 
 
 def _write_token_refs(tmp: Path, partition_dir: Path, previous, old_rows, added: NewChunks, order) -> list[int]:
+    """Token vectors of kept rows stay in their shards; new rows go to one new shard (int8 codes + scales)."""
+    tokens = partition_dir / "tokens"
     refs = (np.asarray(previous.token_refs)[old_rows] if previous is not None and previous.size
             else np.zeros((0, 3), np.int64))
     shards = sorted({int(s) for s in refs[:, 0]}) if len(refs) else []
     live_rows = int(refs[:, 2].sum()) if len(refs) else 0
-    total_rows = sum(len(previous.token_shards[s]) for s in shards) if shards else 0
-    pieces: list[np.ndarray] = []
+    total_rows = sum(len(previous.token_shards[s][1]) for s in shards) if shards else 0
+    codes, scales, lengths = [], [], []
     if shards and live_rows < _COMPACT_BELOW * total_rows:
-        pieces = previous.token_vectors(old_rows)  # compaction: live rows move into the new shard
-        refs = np.zeros((0, 3), np.int64)
-        shards = []
-    pieces += [added.tokens[i] for i in order]
-    if pieces:
-        shard = 1 + max([int(p.stem) for p in (partition_dir / "tokens").glob("*.npy")] + [0])
-        lengths = np.asarray([len(p) for p in pieces], np.int64)
+        kept_codes, kept_scales, kept_lengths = previous.token_vectors(old_rows)  # compaction: live rows move
+        codes, scales, lengths = [kept_codes], [kept_scales], list(kept_lengths)
+        refs, shards = np.zeros((0, 3), np.int64), []
+    for i in order:
+        piece_codes, piece_scales = quantize(added.tokens[i])
+        codes.append(piece_codes)
+        scales.append(piece_scales)
+        lengths.append(len(piece_codes))
+    if lengths:
+        shard = 1 + max([int(p.stem[1:]) for p in tokens.glob("q*.npy")] + [0])
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        new_refs = np.stack([np.full(len(pieces), shard), starts, lengths], axis=1)
+        new_refs = np.stack([np.full(len(lengths), shard), starts, np.asarray(lengths)], axis=1)
         refs = np.concatenate([refs, new_refs]).astype(np.int64)
-        target = partition_dir / "tokens" / f"{shard:06d}.npy"
-        _save(target.with_suffix(".part"), np.concatenate(pieces).astype(np.float16))
-        os.replace(target.with_suffix(".part"), target)
+        for target, array in zip(shard_files(tokens, shard), (np.concatenate(codes), np.concatenate(scales))):
+            _save(target.with_suffix(".part"), array)
+            os.replace(target.with_suffix(".part"), target)
         shards.append(shard)
     _save(tmp / "token_refs.npy", refs.reshape(-1, 3).astype(np.int64))
     return shards

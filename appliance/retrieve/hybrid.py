@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..config import RetrieveSettings
 from ..index import ChunkInfo, PartitionSnapshot
 from .fusion import rrf
 from .late import maxsim
@@ -43,16 +44,8 @@ class Timings:
         self.stages[stage] = round(self.stages.get(stage, 0.0) + ms, 3)
 
 
-@dataclass(slots=True, frozen=True)
-class HybridParams:
-    rrf_k: int = 60
-    overfetch: int = 10
-    late_interaction: bool = False
-    late_candidates: int = 100
-
-
 class HybridSearcher:
-    def __init__(self, params: HybridParams, executor: Executor):
+    def __init__(self, params: RetrieveSettings, executor: Executor):
         self.params = params
         self.executor = executor
 
@@ -119,10 +112,14 @@ def _merge(per_target: list[tuple[int, tuple[np.ndarray, np.ndarray]]], limit: i
 
 
 def _late_scores(targets: list[Target], query_tokens: np.ndarray, keys: list[tuple[int, int]]) -> np.ndarray:
-    passages = []
-    for target_no, row in keys:
-        passages.extend(targets[target_no].snapshot.token_vectors(np.asarray([row])))
-    return maxsim(query_tokens, passages)
+    scores = np.zeros(len(keys), np.float32)
+    by_target: dict[int, list[int]] = {}
+    for position, (target_no, _) in enumerate(keys):
+        by_target.setdefault(target_no, []).append(position)
+    for target_no, positions in by_target.items():
+        codes, scales, lengths = targets[target_no].snapshot.token_vectors([keys[p][1] for p in positions])
+        scores[positions] = maxsim(query_tokens, codes, scales, lengths)
+    return scores
 
 
 MODES = ("hybrid", "bm25", "dense")

@@ -27,3 +27,11 @@ def content_hash(title: str, text: str, metadata_json: str) -> str:
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
     return digest.hexdigest()
+
+
+def markdown_title(text: str, fallback: str) -> str:
+    """The first level-one heading of a Markdown text, else `fallback`."""
+    for line in text.splitlines()[:20]:
+        if line.startswith("# "):
+            return line[2:].strip() or fallback
+    return fallback

@@ -74,10 +74,25 @@ def make_settings(data_dir: Path, encoder: str) -> Settings:
     })
 
 
+# The code that decides what an index holds (chunking, BM25 terms, vectors, on-disk format): when it changes, a
+# cached index no longer shows what the current code would build, so the cache is rebuilt.
+INDEX_CODE = ["appliance/index", "appliance/text", "appliance/encode", "appliance/ingest.py"]
+
+
+def code_hash(parts: list[str] = INDEX_CODE) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        path = REPO / part
+        for file in sorted(path.rglob("*.py")) if path.is_dir() else [path]:
+            digest.update(file.relative_to(REPO).as_posix().encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def _fingerprint(spec: DatasetSpec, data: BeirData, settings: Settings) -> dict:
     ids = hashlib.sha256("\n".join(str(d["_id"]) for d in data.corpus).encode()).hexdigest()[:16]
     return {"dataset": spec.name, "encoder": spec.encoder, "docs": len(data.corpus), "doc_ids": ids,
-            "chunking": repr(settings.chunking), "index": repr(settings.index)}
+            "chunking": repr(settings.chunking), "index": repr(settings.index), "code": code_hash()}
 
 
 async def open_appliance(spec: DatasetSpec, data: BeirData, tag: str, log=print) -> tuple[Appliance, Path, dict]:
@@ -88,10 +103,10 @@ async def open_appliance(spec: DatasetSpec, data: BeirData, tag: str, log=print)
     meta_path = folder / "bench-meta.json"
     wanted = _fingerprint(spec, data, settings)
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    if meta.get("fingerprint") != wanted:
-        if folder.exists():
-            log(f"  {folder.name}: cache missing or stale, rebuilding")
-            shutil.rmtree(folder)
+    if meta.get("fingerprint") != wanted and folder.exists():
+        changed = sorted(k for k in wanted if meta.get("fingerprint", {}).get(k) != wanted[k])
+        log(f"  {folder.name}: cache stale ({', '.join(changed)} changed): re-ingesting")
+        shutil.rmtree(folder)
         meta = {}
     cached = bool(meta)
     app = Appliance(settings)

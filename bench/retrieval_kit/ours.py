@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -17,7 +18,8 @@ from appliance.pipeline import Appliance
 from appliance.retrieve import PartitionFilter
 
 from .data import REPO
-from .measure import SPEED_K, async_throughput, latency_stats, ms_since
+from .loadclient import Pool
+from .measure import QUALITY_K, SPEED_K, async_throughput, latency_stats, ms_since
 
 # (label, mode, late interaction); late interaction needs token vectors (MiniLM only)
 CONFIGS = [("bm25", "bm25", False), ("dense", "dense", False), ("hybrid", "hybrid", False),
@@ -27,12 +29,16 @@ CONFIGS = [("bm25", "bm25", False), ("dense", "dense", False), ("hybrid", "hybri
 async def quality(app: Appliance, data: BeirData, has_tokens: bool, log=print) -> dict[str, dict]:
     """The product's own evaluation loop (appliance.evaluate.score_queries) for each configuration."""
     out: dict[str, dict] = {}
+    probe = next(iter(data.queries.values()))
     for label, mode, late in CONFIGS:
         if late and not has_tokens:
             out[label] = {"n/a": "encoder has no token vectors"}
             continue
         started = time.perf_counter()
         out[label] = await score_queries(app, data, mode=mode, late_interaction=late)
+        # How many chunks a k=150 search really returns: recall@100 means little if it is fewer.
+        found = await app.search(probe, PartitionFilter(EVAL_TENANT), QUALITY_K, late_interaction=late, mode=mode)
+        out[label]["hits_for_k150"] = len(found.hits)
         log(f"    ours {label:12s} {_brief(out[label])} ({time.perf_counter() - started:.0f} s)")
     return out
 
@@ -50,13 +56,13 @@ async def latency(app: Appliance, queries: list[str], late: bool = False, warm_u
     return latency_stats(samples)
 
 
-async def inprocess_throughput(app: Appliance, queries: list[str], clients: int) -> dict:
+async def inprocess_throughput(app: Appliance, queries: list[str], clients: int, late: bool) -> dict:
     """`clients` concurrent asyncio callers of Appliance.search: the like-for-like figure against in-process peers."""
     where = PartitionFilter(EVAL_TENANT)
-    await app.search(queries[0], where, SPEED_K)
+    await app.search(queries[0], where, SPEED_K, late_interaction=late)
     batches_before = app.batcher.stats.batches if app.batcher else 0
     items_before = app.batcher.stats.items if app.batcher else 0
-    result = await async_throughput(lambda q: app.search(q, where, SPEED_K), queries, clients)
+    result = await async_throughput(lambda q: app.search(q, where, SPEED_K, late_interaction=late), queries, clients)
     if app.batcher:  # how well the micro-batcher coalesced the concurrent query encodings
         batches = app.batcher.stats.batches - batches_before
         result["mean_encode_batch"] = round((app.batcher.stats.items - items_before) / max(batches, 1), 1)
@@ -84,9 +90,10 @@ class Server:
 
     async def __aenter__(self) -> "Server":
         started = time.perf_counter()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "appliance", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-            cwd=REPO, env=self.env, stdout=subprocess.DEVNULL, stderr=open(self.log_path, "wb"))
+        with self.log_path.open("wb") as log:  # the child keeps its own handle
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "appliance", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+                cwd=REPO, env=self.env, stdout=subprocess.DEVNULL, stderr=log)
         async with httpx.AsyncClient(timeout=2) as client:
             deadline = time.monotonic() + 300
             while time.monotonic() < deadline:
@@ -113,18 +120,23 @@ class Server:
 
 
 async def http_throughput(data_dir: Path, encoder: str, queries: list[str], clients: int) -> dict:
-    """`clients` concurrent HTTP clients (one httpx pool, keep-alive) against the real server on loopback.
-    The clients run in this process and share the machine's cores with the server, as any local load test does."""
-    async with Server(data_dir, encoder) as server:
-        limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-        async with httpx.AsyncClient(base_url=server.url, limits=limits, timeout=60) as client:
-            async def search(q: str) -> None:
-                reply = await client.post("/v1/search", json={"tenant": EVAL_TENANT, "query": q, "k": SPEED_K})
-                reply.raise_for_status()
+    """`clients` concurrent HTTP clients (kept-alive connections) against the real server on loopback. They run in
+    this process and share the machine's cores with the server, as any load test on one box does."""
+    async with Server(data_dir, encoder) as server, Pool("127.0.0.1", server.port, clients) as pool:
+        async def search(q: str) -> None:
+            await pool.request("POST", "/v1/search", {"tenant": EVAL_TENANT, "query": q, "k": SPEED_K})
 
-            await search(queries[0])
-            result = await async_throughput(search, queries, clients)
-        result["server_boot_s"] = server.boot_s
+        async def health(_: str) -> None:
+            await pool.request("GET", "/healthz")
+
+        first = json.loads(await pool.request("POST", "/v1/search", {"tenant": EVAL_TENANT, "query": queries[0],
+                                                                     "k": SPEED_K}))
+        if len(first["results"]) != SPEED_K:
+            raise RuntimeError(f"the server returned {len(first['results'])} results, not {SPEED_K}")
+        result = await async_throughput(search, queries, clients)
+        # The same clients against a route that does no work: the ceiling of HTTP on this box (client included).
+        result["healthz_qps"] = (await async_throughput(health, queries, clients))["qps"]
+    result["server_boot_s"] = server.boot_s
     return result
 
 

@@ -14,32 +14,31 @@ import json
 import random
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
-from appliance.encode import MicroBatcher, load_encoder
-from appliance.index import IndexParams, NewChunks, PartitionSnapshot, build_version, current_version
-from appliance.models import model_path
-from appliance.retrieve import HybridParams, HybridSearcher, Target, Timings
+from appliance.index import NewChunks, PartitionSnapshot, build_version, current_version
+from appliance.pipeline import Appliance
+from appliance.retrieve import Target, Timings
 from appliance.text import BM25Tokenizer
 
-from .data import CACHE, make_settings
+from .data import CACHE, code_hash, make_settings
 from .measure import SPEED_K, folder_bytes, latency_stats, ms_since, rss_bytes
 
 NOISE = 0.01  # per dimension; a copy keeps cosine ~0.98 with its original chunk
-TOKEN_STEP = 5_000  # chunks per build when token vectors are written (each chunk's are ~190 KB in f16)
+TOKEN_STEP = 2_500  # chunks per build when token vectors are written (each chunk's are ~100 KB on disk)
 
 
-def build(source: PartitionSnapshot, n_chunks: int, with_tokens: bool, log=print) -> tuple[Path, dict]:
+def build(source: PartitionSnapshot, n_chunks: int, with_tokens: bool, index_settings, log=print) -> tuple[Path, dict]:
     """Write (or reuse) the synthetic partition; returns its partition folder and build facts."""
-    tag = f"scale-{n_chunks}-{'tokens' if with_tokens else 'dense'}-{source.size}"
+    tag = f"scale-{n_chunks}-{'tokens' if with_tokens else 'dense'}"
     partition_dir = CACHE / tag / "p000001"
     meta_path = partition_dir.parent / "bench-meta.json"
+    wanted = {"chunks": n_chunks, "source": source.folder.name, "code": code_hash()}  # source: its version folder
     if meta_path.exists() and current_version(partition_dir) is not None:
         meta = json.loads(meta_path.read_text())
-        if meta.get("chunks") == n_chunks:
+        if {k: meta.get(k) for k in wanted} == wanted:
             log(f"  {tag}: reusing cached partition (built in {meta['build_s']} s)")
             return partition_dir, meta
     shutil.rmtree(partition_dir.parent, ignore_errors=True)
@@ -64,14 +63,21 @@ def build(source: PartitionSnapshot, n_chunks: int, with_tokens: bool, log=print
         added = NewChunks(
             chunk_ids=ids + 1, ordinals=np.asarray(source.ordinals, np.int32)[src],
             texts=[_perturb(source.text(int(r)), words) for r in src], docs=docs, dense=dense.astype(np.float32),
-            tokens=source.token_vectors(src) if with_tokens else None,
+            tokens=_source_tokens(source, src) if with_tokens else None,
         )
         snapshot = build_version(partition_dir, 1, version, source.encoder, source.dim, snapshot,
-                                 np.zeros(0, np.int64), added, IndexParams(), tokenizer.many)
+                                 np.zeros(0, np.int64), added, index_settings, tokenizer.many)
         log(f"    {snapshot.size} chunks written ({time.perf_counter() - started:.0f} s)")
-    meta = {"chunks": n_chunks, "build_s": round(time.perf_counter() - started, 1), "token_vectors": with_tokens}
+    meta = {**wanted, "build_s": round(time.perf_counter() - started, 1), "token_vectors": with_tokens}
     meta_path.write_text(json.dumps(meta))
     return partition_dir, meta
+
+
+def _source_tokens(source: PartitionSnapshot, rows: np.ndarray) -> list[np.ndarray]:
+    """Each row's token vectors as floats, the form NewChunks takes (the index stores int8 codes + scales)."""
+    codes, scales, lengths = source.token_vectors(rows)
+    vectors = (codes.astype(np.float32) * scales[:, None]).astype(np.float16)
+    return np.split(vectors, np.cumsum(lengths)[:-1])
 
 
 def _perturb(text: str, rng: random.Random) -> str:
@@ -84,30 +90,25 @@ def _perturb(text: str, rng: random.Random) -> str:
 
 
 async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[str], late: bool) -> dict:
-    """Open the partition fresh, then time sequential searches; memory = files on disk and RSS growth."""
-    settings = make_settings(CACHE / "scale-unused", "minilm")
-    e, r = settings.encoder, settings.retrieve
-    encoder = load_encoder("minilm", model_path(settings.models_dir, "minilm"), e.threads, e.max_length)
-    batcher = MicroBatcher(encoder, e.batch_window_ms, e.max_batch, e.queue_size)
-    executor = ThreadPoolExecutor(r.search_threads, thread_name_prefix="search")
-    searcher = HybridSearcher(HybridParams(r.rrf_k, r.overfetch, r.late_interaction, r.late_candidates), executor)
-    tokenizer = BM25Tokenizer()
-    await batcher.start()
+    """Open the partition fresh, then time sequential searches; memory = files on disk and RSS growth.
+    The encoder, tokenizer and searcher are an (empty) appliance's own, so the path is exactly the product's."""
+    app = Appliance(make_settings(partition_dir.parent / "app", "minilm"))
+    await app.start(warm_up=False)
     try:
         version = current_version(partition_dir)
         gc.collect()
         rss_before = rss_bytes()
-        snapshot = PartitionSnapshot(version, settings.index.expansion_search)
+        snapshot = PartitionSnapshot(version, app.settings.index.expansion_search)
         rss_open = rss_bytes()
         targets = [Target("scale", snapshot)]
 
         async def search(text: str, with_late: bool) -> dict[str, float]:
             timings = Timings()
             started = time.perf_counter()
-            query = await batcher.encode(text)
-            terms = tokenizer(text)
+            query = await app.batcher.encode(text)
+            terms = app.tokenizer(text)
             timings.add("encode", ms_since(started))
-            await searcher.search(targets, query.dense, query.tokens, terms, SPEED_K, timings, late=with_late)
+            await app.searcher.search(targets, query.dense, query.tokens, terms, SPEED_K, timings, late=with_late)
             timings.add("total", ms_since(started))
             return timings.stages
 
@@ -120,8 +121,7 @@ async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[
             out[label]["stages_p99_ms"] = {s: round(float(np.percentile([t.get(s, 0.0) for t in runs], 99)), 2)
                                            for s in runs[0] if s != "total"}
         rss_after = rss_bytes()
-        tokens_dir = partition_dir / "tokens"
-        token_bytes = folder_bytes(tokens_dir) if snapshot.has_token_vectors else 0
+        token_bytes = folder_bytes(partition_dir / "tokens") if snapshot.has_token_vectors else 0
         out["memory"] = {
             "version_folder_bytes": folder_bytes(version),
             "token_shard_bytes": token_bytes,
@@ -131,19 +131,22 @@ async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[
         }
         return out
     finally:
-        await batcher.stop()
-        executor.shutdown(wait=True)
+        await app.stop()
 
 
 def _estimate_tokens(source: PartitionSnapshot, chunks: int) -> int | None:
     """Token shards of `chunks` chunks at the source partition's measured bytes per chunk (not written here)."""
     if not source.has_token_vectors or not source.size:
         return None
-    live = int(np.asarray(source.token_refs)[:, 2].sum()) * source.dim * 2  # f16 token rows the version uses
-    return int(live / source.size * chunks)
+    arrays = [a for shard in source.token_shards.values() for a in (shard if isinstance(shard, tuple) else (shard,))]
+    shard_rows = sum(len(shard[0] if isinstance(shard, tuple) else shard) for shard in source.token_shards.values())
+    live_rows = int(np.asarray(source.token_refs)[:, 2].sum())  # token rows this version uses
+    per_row = sum(a.nbytes for a in arrays) / max(shard_rows, 1)
+    return int(per_row * live_rows / source.size * chunks)
 
 
 async def run(source_version: Path, n_chunks: int, queries: list[str], with_tokens: bool, log=print) -> dict:
     source = PartitionSnapshot(source_version)
-    partition_dir, meta = await asyncio.to_thread(build, source, n_chunks, with_tokens, log)
+    index_settings = make_settings(CACHE / "unused", "minilm").index
+    partition_dir, meta = await asyncio.to_thread(build, source, n_chunks, with_tokens, index_settings, log)
     return {"build": meta, **await measure(partition_dir, source, queries, with_tokens)}

@@ -30,10 +30,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(str(exc))
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
+    from .pipeline import DataDirBusy, KindConflict
+
     try:
         args.run(settings, args)
     except KeyboardInterrupt:
         sys.exit(130)
+    except (DataDirBusy, KindConflict, FileNotFoundError) as exc:
+        sys.exit(f"appliance: {exc}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     ingest = commands.add_parser("ingest", help="store and index .txt/.md files or a BEIR corpus.jsonl")
     ingest.add_argument("--tenant", required=True)
     ingest.add_argument("--partition", required=True)
-    ingest.add_argument("--kind", default="default")
+    ingest.add_argument("--kind", help="document type of a new partition (default: default)")
     ingest.add_argument("paths", nargs="+", type=Path)
     ingest.set_defaults(run=_ingest)
 
@@ -111,7 +115,8 @@ def _ingest(settings: Settings, args) -> None:
             part = docs[start:start + BATCH]
             last = start + BATCH >= len(docs)
             reply = _http(server, "POST", "/v1/documents", {
-                "tenant": args.tenant, "partition": args.partition, "kind": args.kind, "wait": last,
+                "tenant": args.tenant, "partition": args.partition, "wait": last,
+                **({"kind": args.kind} if args.kind else {}),
                 "documents": [{k: v for k, v in vars_of(d).items() if v is not None} for d in part],
             })
             for d in reply["documents"]:

@@ -35,6 +35,10 @@ class DataDirBusy(RuntimeError):
     """Another appliance process holds this data folder."""
 
 
+class KindConflict(ValueError):
+    """An ingest named a kind other than the one the existing partition has."""
+
+
 @dataclass(slots=True)
 class SearchResult:
     hits: list[Hit]
@@ -49,6 +53,7 @@ class IngestResult:
     version: int
     indexed_version: int
     documents: list[DocumentStatus] = field(default_factory=list)
+    index_error: str | None = None  # the documents are stored; the index catches up on the next write or boot
 
 
 class Appliance:
@@ -81,7 +86,12 @@ class Appliance:
         self.store = Store(s.store_path)
         for partition in self.store.partitions():
             indexer = self._indexer(partition)
-            await asyncio.to_thread(indexer.open)
+            try:
+                await asyncio.to_thread(indexer.open)
+            except Exception as exc:  # derived data: a version that cannot be read is rebuilt from the store
+                log.error("partition %s/%s: index unreadable (%s): rebuilding from the store", partition.tenant,
+                          partition.name, exc)
+                await indexer.catch_up(rebuild=True)
             if indexer.indexed_version != partition.version:  # behind the store (crash) or built by another encoder
                 log.info("partition %s/%s: index at v%d, store at v%d: catching up", partition.tenant,
                          partition.name, indexer.indexed_version, partition.version)
@@ -152,16 +162,22 @@ class Appliance:
 
     # -- writes ------------------------------------------------------------------------------------------------
 
-    async def ingest(self, tenant: str, partition: str, docs: list[DocumentInput], kind: str = "default",
+    async def ingest(self, tenant: str, partition: str, docs: list[DocumentInput], kind: str | None = None,
                      wait: bool = True) -> IngestResult:
-        """Store the documents (durable when this returns) and, with `wait`, index them before returning."""
+        """Store the documents (durable when this returns) and, with `wait`, index them before returning.
+
+        `kind` is set when the partition is created ("default" if not given); naming another kind for an
+        existing partition is refused rather than silently ignored.
+        """
         assert self.store is not None
         prepared = await asyncio.to_thread(prepare_documents, docs, self.settings.chunking)
-        record = await asyncio.to_thread(self.store.ensure_partition, tenant, partition, kind)
+        record = await asyncio.to_thread(self.store.ensure_partition, tenant, partition, kind or "default")
+        if kind is not None and record.kind != kind:
+            raise KindConflict(f"partition {partition!r} exists with kind {record.kind!r}, not {kind!r}")
         written = await asyncio.to_thread(self.store.upsert_documents, record.id, prepared)
         indexer = self._refresh_record(record.id)
-        indexed = await self._index(indexer, written.version, wait)
-        return IngestResult(tenant, partition, written.version, indexed, written.documents)
+        indexed, error = await self._index(indexer, written.version, wait)
+        return IngestResult(tenant, partition, written.version, indexed, written.documents, error)
 
     async def delete(self, tenant: str, key: str, partition: str | None = None, wait: bool = True) -> list[IngestResult]:
         assert self.store is not None
@@ -171,8 +187,8 @@ class Appliance:
                 continue
             written = await asyncio.to_thread(self.store.delete_documents, record.id, [key])
             indexer = self._refresh_record(record.id)
-            indexed = await self._index(indexer, written.version, wait)
-            results.append(IngestResult(tenant, record.name, written.version, indexed, written.documents))
+            indexed, error = await self._index(indexer, written.version, wait)
+            results.append(IngestResult(tenant, record.name, written.version, indexed, written.documents, error))
         return results
 
     async def reindex(self, tenant: str | None = None, partition: str | None = None) -> list[IngestResult]:
@@ -194,12 +210,16 @@ class Appliance:
         indexer.partition = record  # time range and version for partition selection
         return indexer
 
-    async def _index(self, indexer: PartitionIndexer, version: int, wait: bool) -> int:
+    async def _index(self, indexer: PartitionIndexer, version: int, wait: bool) -> tuple[int, str | None]:
+        """Bring the index to `version`; returns the version indexed and, if the build failed, why."""
         task = asyncio.ensure_future(indexer.catch_up(version))
+        task.add_done_callback(_log_failure)
         if not wait:
-            task.add_done_callback(_log_failure)
-            return indexer.indexed_version
-        return await asyncio.shield(task)  # a client that goes away does not cancel a build others wait on
+            return indexer.indexed_version, None
+        try:
+            return await asyncio.shield(task), None  # a client that goes away does not cancel a shared build
+        except Exception as exc:  # stored is stored: report, and let the next write or boot build again
+            return indexer.indexed_version, f"{type(exc).__name__}: {exc}"
 
     # -- reads -------------------------------------------------------------------------------------------------
 
@@ -242,4 +262,4 @@ def _ms(since: float) -> float:
 
 def _log_failure(task: asyncio.Future) -> None:
     if not task.cancelled() and task.exception() is not None:
-        log.error("background index build failed: %s", task.exception())
+        log.error("index build failed: %s", task.exception(), exc_info=task.exception())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -113,15 +114,16 @@ def bench_peers(spec, data, corpus, speed: list[str], load: list[str], args, log
                                                         if k != "n"}} for kind, r in ranked.items()}
         for kind, q in quality.items():
             log(f"    {cls.name} {kind:8s} nDCG@10 {q['ndcg@10']:.4f}  R@100 {q['recall@100']:.4f}")
+        search = peer.search
         result = {"build_s": peer.build_s, "quality": quality,
-                  "latency": sequential_latency(lambda q: peer.search(q, SPEED_K), timed),
-                  "throughput": thread_throughput(lambda q: peer.search(q, SPEED_K), requests, args.clients),
+                  "latency": sequential_latency(lambda q: search(q, SPEED_K), timed),
+                  "throughput": thread_throughput(lambda q: search(q, SPEED_K), requests, args.clients),
                   "timed_queries": len(timed)}
         if hasattr(peer, "index_type"):
             result["index_type"] = peer.index_type
         log(f"    latency {result['latency']}\n    throughput {result['throughput']}")
         results[cls.name] = result
-        del peer
+        peer = search = None  # free this peer's index before the next one is built
     return results
 
 
@@ -147,6 +149,7 @@ async def main(argv: list[str] | None = None) -> int:
                                                args.scale_late, log)
             log(f"    {results['scale']}")
     results["meta"]["wall_s"] = round(time.perf_counter() - started, 1)
+    results["meta"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["targets"] = report.targets(results)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.with_suffix(".json").write_text(json.dumps(results, indent=1, ensure_ascii=False))

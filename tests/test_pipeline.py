@@ -5,10 +5,10 @@ from dataclasses import replace
 import pytest
 
 from appliance.ingest import DocumentInput
-from appliance.pipeline import Appliance, DataDirBusy
+from appliance.pipeline import Appliance, DataDirBusy, KindConflict
 from appliance.retrieve import PartitionFilter
 
-from support import run
+from support import make_settings, run
 
 DOCS = [
     DocumentInput(id="aspirin", title="Aspirin", text="Daily low-dose aspirin reduces the risk of a first heart attack."),
@@ -58,6 +58,22 @@ def test_late_interaction_stage_runs_when_asked(settings):
     result = run(go())
     assert "late_interaction" in result.timings and ids(result)[0] == "mito"
     assert result.hits[0].late is not None and result.hits[0].late >= result.hits[1].late
+
+
+def test_k_beyond_the_late_interaction_head_still_returns_k_results(settings, models_dir):
+    few = make_settings(settings.data_dir, models_dir, retrieve_late_candidates="2")
+    docs = [DocumentInput(id=f"d{i}", text=f"Note {i} about the maintenance of pump model {i}.") for i in range(8)]
+
+    async def go():
+        app = await started(few)
+        await app.ingest("acme", "kb", docs)
+        result = await app.search("pump maintenance", PartitionFilter("acme"), 6)
+        await app.stop()
+        return result
+
+    result = run(go())
+    assert len(result.hits) == 6 and len(set(ids(result))) == 6
+    assert [h.late is not None for h in result.hits] == [True, True, False, False, False, False]
 
 
 def test_reingest_is_idempotent_update_replaces_and_delete_removes(settings):
@@ -184,3 +200,61 @@ def test_search_during_ingest_sees_old_or_new_state(settings):
     assert len(seen) > 3
     for texts in seen:
         assert len(texts) == 1 and texts[0] in (before, after)  # never missing, never half of each
+
+
+def test_a_partition_keeps_its_kind(settings):
+    async def go():
+        app = await started(settings)
+        await app.ingest("t", "mail", DOCS[:1], kind="mail")
+        await app.ingest("t", "mail", DOCS[1:2])  # no kind named: the partition's own is kept
+        with pytest.raises(KindConflict):
+            await app.ingest("t", "mail", DOCS[2:3], kind="wiki")
+        parts = app.partitions("t")
+        await app.stop()
+        return parts
+
+    parts = run(go())
+    assert [(p["kind"], p["chunks"]) for p in parts] == [("mail", 2)]
+
+
+def test_a_failed_index_build_keeps_the_documents_and_recovers(settings, monkeypatch):
+    import appliance.ingest as ingest
+
+    real = ingest.build_version
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    async def go():
+        app = await started(settings)
+        await app.ingest("acme", "kb", DOCS[:2])
+        monkeypatch.setattr(ingest, "build_version", disk_full)  # the injected fault
+        failed = await app.ingest("acme", "kb", DOCS[2:])
+        during = await app.search("XK-4471 pump sensor", PartitionFilter("acme"), 4)
+        monkeypatch.setattr(ingest, "build_version", real)
+        recovered = await app.ingest("acme", "kb", [])  # the next write builds what is missing
+        after = await app.search("XK-4471 pump sensor", PartitionFilter("acme"), 4)
+        await app.stop()
+        return failed, during, recovered, after
+
+    failed, during, recovered, after = run(go())
+    assert "No space left" in failed.index_error and failed.indexed_version < failed.version
+    assert [d.status for d in failed.documents] == ["created", "created"]
+    assert "code" not in ids(during)  # the old version keeps serving
+    assert recovered.index_error is None and recovered.indexed_version == failed.version
+    assert ids(after)[0] == "code"
+
+
+def test_an_unreadable_index_is_rebuilt_from_the_store_at_boot(settings):
+    async def go():
+        app = await started(settings)
+        await app.ingest("acme", "kb", DOCS)
+        folder = next(iter(app.indexers.values())).snapshot.folder
+        await app.stop()
+        (folder / "chunk_ids.npy").write_bytes(b"garbage")
+        app = await started(settings)
+        result = await app.search("XK-4471", PartitionFilter("acme"), 2)
+        await app.stop()
+        return result
+
+    assert ids(run(go()))[0] == "code"

@@ -66,6 +66,13 @@ def test_ingest_delete_cycle_over_http(served):
         assert c.post("/v1/search", json={"tenant": "ops", "query": "QZ-991"}).json()["results"] == []
 
 
+def test_naming_another_kind_for_a_partition_is_a_conflict(served):
+    with served.client() as c:
+        reply = c.post("/v1/documents", json={"tenant": "sci", "partition": "abstracts", "kind": "mail",
+                                              "documents": [{"text": "x"}]})
+        assert reply.status_code == 409 and error(reply)["field"] == "kind"
+
+
 def error(reply: httpx.Response) -> dict:
     body = reply.json()
     assert set(body) == {"error"} and body["error"]["message"]
@@ -78,6 +85,7 @@ def test_bad_input_gets_a_4xx_naming_the_field_and_loses_nothing(served):
         cases = [
             ({"tenant": "sci", "partition": "abstracts", "documents": [{"title": "no text"}]}, "documents[0].text"),
             ({"tenant": "sci", "partition": "abstracts", "documents": []}, "documents"),
+            ({"tenant": "sci", "partition": "abstracts", "documents": [{"text": " \n\t "}]}, "documents[0].text"),
             ({"tenant": "sci", "partition": "abstracts", "documents": [{"text": 5}]}, "documents[0].text"),
             ({"tenant": "../etc", "partition": "abstracts", "documents": [{"text": "x"}]}, "tenant"),
             ({"partition": "abstracts", "documents": [{"text": "x"}]}, "tenant"),
@@ -91,7 +99,7 @@ def test_bad_input_gets_a_4xx_naming_the_field_and_loses_nothing(served):
             reply = c.post("/v1/documents", json=body)
             assert reply.status_code == 422, (body, reply.text)
             assert error(reply)["field"] == field
-        for body, field in [({"tenant": "sci", "query": ""}, "query"), ({"tenant": "sci", "query": "x", "k": 0}, "k"),
+        for body, field in [({"tenant": "sci", "query": ""}, "query"), ({"tenant": "sci", "query": "  "}, "query"), ({"tenant": "sci", "query": "x", "k": 0}, "k"),
                             ({"tenant": "sci", "query": "x", "k": "ten"}, "k"),
                             ({"tenant": "sci", "query": "x", "k": 1000}, "k"),
                             ({"tenant": "sci", "query": ["x"]}, "query"),

@@ -29,7 +29,7 @@ class Target:
 class Hit:
     partition: str
     chunk: ChunkInfo
-    score: float  # the score the final order is by
+    score: float  # what the order is by: MaxSim for the re-ranked head, the RRF score otherwise
     rrf: float
     bm25_rank: int | None
     ann_rank: int | None
@@ -84,12 +84,14 @@ class HybridSearcher:
         timings.add("fuse", (time.perf_counter() - started) * 1000)
 
         if late:
+            # Re-rank the head of the fused list by MaxSim; past it (k > late_candidates) the RRF order stands.
             candidates = fused[: self.params.late_candidates]
             scores, ms = await loop.run_in_executor(self.executor, _timed, _late_scores, targets, query_tokens,
                                                     [key for key, _ in candidates])
             timings.add("late_interaction", ms)
             order = np.argsort(-scores, kind="stable")[:k]
             picked = [(candidates[i][0], candidates[i][1], float(scores[i])) for i in order]
+            picked += [(key, score, None) for key, score in fused[len(candidates):k]]
         else:
             picked = [(key, score, None) for key, score in fused[:k]]
 

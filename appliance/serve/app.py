@@ -18,7 +18,7 @@ from starlette.routing import Route
 from ..config import Settings
 from ..encode import EncoderBusy
 from ..ingest import DocumentInput
-from ..pipeline import Appliance
+from ..pipeline import Appliance, KindConflict
 from ..retrieve import PartitionFilter
 from .schemas import ingest_body, openapi, search_body
 from .validation import NAME_PATTERN, BadRequest, Spec, parse_json, validate
@@ -56,18 +56,27 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
     async def post_documents(request: Request) -> JSONResponse:
         require_ready()
         body = validate(await read_json(request), ingest_spec)
+        for i, d in enumerate(body["documents"]):
+            if not d["text"].strip():
+                raise BadRequest("must contain more than white space", f"documents[{i}].text")
         docs = [DocumentInput(text=d["text"], title=d["title"], id=d["id"], source=d["source"],
                               metadata=d["metadata"], time=d["time"]) for d in body["documents"]]
         ids = [d.id for d in docs if d.id is not None]
         if len(ids) != len(set(ids)):
             raise BadRequest("document ids must be unique within a request", "documents")
-        result = await appliance.ingest(body["tenant"], body["partition"], docs, body["kind"], body["wait"])
+        try:
+            result = await appliance.ingest(body["tenant"], body["partition"], docs, body["kind"], body["wait"])
+        except KindConflict as exc:
+            raise BadRequest(str(exc), "kind", status=409, code="kind_conflict") from None
         indexed = result.indexed_version >= result.version
-        return JSONResponse({
+        reply = {
             "tenant": result.tenant, "partition": result.partition, "version": result.version,
             "indexed_version": result.indexed_version, "indexed": indexed,
             "documents": [{"id": d.key, "status": d.status, "chunks": d.chunks} for d in result.documents],
-        }, status_code=200 if indexed else 202)
+        }
+        if result.index_error:
+            reply["index_error"] = result.index_error
+        return JSONResponse(reply, status_code=200 if indexed else 202)
 
     async def delete_document(request: Request) -> JSONResponse:
         require_ready()
@@ -88,6 +97,8 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
     async def search(request: Request) -> JSONResponse:
         require_ready()
         body = validate(await read_json(request), search_spec)
+        if not body["query"].strip():
+            raise BadRequest("must contain more than white space", "query")
         filters = body["filters"] or {}
         where = PartitionFilter(
             tenant=body["tenant"], names=tuple(body["partitions"]) if body["partitions"] else None,

@@ -21,8 +21,8 @@ def ingest_body(settings: Settings) -> Spec:
     return Spec("object", fields={
         "tenant": Spec("string", "Tenant the partition belongs to.", required=True, pattern=NAME_PATTERN),
         "partition": Spec("string", "Partition name (created on first use).", required=True, pattern=NAME_PATTERN),
-        "kind": Spec("string", "Document type of the partition, used by search filters.", default="default",
-                     pattern=NAME_PATTERN),
+        "kind": Spec("string", "Document type of a new partition (default \"default\"), used by search "
+                     "filters; naming another kind for an existing partition is a 409.", pattern=NAME_PATTERN),
         "wait": Spec("boolean", "Return only once the documents are searchable (default true).", default=True),
         "documents": Spec("array", "Documents to store.", required=True, min=1,
                           max=settings.server.max_documents_per_request, items=document),
@@ -70,7 +70,7 @@ def openapi(settings: Settings) -> dict[str, Any]:
                  "description": "Offline RAG answer server: ingest documents into partitions, search them."},
         "paths": {
             "/v1/documents": {"post": {"summary": "Store and index documents", "requestBody": body(
-                ingest_body(settings)), "responses": {**answers("Stored and indexed", 400, 413, 422, 503),
+                ingest_body(settings)), "responses": {**answers("Stored and indexed", 400, 409, 413, 422, 503),
                                                       "202": {"description": "Stored; indexing continues"}}}},
             "/v1/documents/{id}": {"delete": {"summary": "Delete a document", "parameters": [
                 {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 256}},
@@ -90,7 +90,7 @@ def openapi(settings: Settings) -> dict[str, Any]:
     }
 
 
-_REASONS = {400: "Malformed body", 404: "Not found", 413: "Body too large", 422: "A field is wrong",
+_REASONS = {400: "Malformed body", 404: "Not found", 409: "Conflicts with stored state", 413: "Body too large", 422: "A field is wrong",
             503: "Not ready or overloaded"}
 
 

@@ -57,18 +57,14 @@ def sequential_latency(search: Callable[[str], object], queries: list[str], warm
 def thread_throughput(search: Callable[[str], object], queries: list[str], clients: int) -> dict:
     """`clients` threads share one queue of requests; queries/s = requests / wall time of the whole batch."""
     pending = iter(queries)
-    lock_free_next = pending.__next__  # next() on a list iterator is atomic under the GIL
 
     def worker() -> list[float]:
         samples = []
-        while True:
-            try:
-                q = lock_free_next()
-            except StopIteration:
-                return samples
+        for q in pending:  # one shared list iterator: each request goes to exactly one thread (atomic under the GIL)
             started = time.perf_counter()
             search(q)
             samples.append(ms_since(started))
+        return samples
 
     started = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:

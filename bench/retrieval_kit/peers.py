@@ -3,9 +3,10 @@
 (a) faiss IndexFlatIP + rank_bm25 BM25Okapi, glued in Python with RRF (k = 60), run one after the other.
 (b) txtai Embeddings with hybrid search and content storage, vectors supplied by an external transform.
 
-Both encode the query with the same ONNX encoder (its own instance, same thread count as the appliance's), and
-both tokenise for BM25 as they would out of the box, except that (a) gets the appliance's tokenizer: rank_bm25 has
-none of its own (it expects token lists), and plain whitespace splitting would not segment Chinese at all.
+Both encode the query with the appliance's encoder (MiniLM ONNX or USE; their own instance, same thread count).
+txtai tokenises for BM25 as it does out of the box (Unicode word segmentation: one term per Chinese character);
+(a) gets the appliance's tokenizer (stemming, jieba): rank_bm25 has none of its own (it takes token lists), and
+whitespace splitting would not segment Chinese at all.
 """
 from __future__ import annotations
 

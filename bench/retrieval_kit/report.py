@@ -8,7 +8,6 @@ import shlex
 import subprocess
 import sys
 from importlib import metadata
-from pathlib import Path
 
 from .data import REPO
 from .measure import QUALITY_K, SPEED_K
@@ -34,7 +33,8 @@ def machine_info(args) -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu_model": cpu, "cores": os.cpu_count(), "cores_usable": len(os.sched_getaffinity(0)),
         "memory_gib": round(mem / 2**30, 1), "python": platform.python_version(), "packages": versions,
-        "commit": _git("rev-parse", "--short", "HEAD"), "quick": args.quick, "clients": args.clients,
+        "commit": _git("rev-parse", "--short", "HEAD"), "uncommitted_changes": bool(_git("status", "--porcelain")),
+        "quick": args.quick, "clients": args.clients, "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
 
 
@@ -87,8 +87,11 @@ def markdown(r: dict) -> str:
     lines = ["# Retrieval benchmark", ""]
     if m["quick"]:
         lines += ["**QUICK RUN on small subsets: for debugging only, not a result.**", ""]
-    lines += [f"- Command: `{m['command']}` (what `just bench-retrieval` runs)",
-              f"- Date: {m['date']}; commit: {m['commit'] or 'none yet'}; wall time {m['wall_s']} s",
+    dirty = " plus uncommitted changes" if m.get("uncommitted_changes") else ""
+    lines += [f"- Command: `{m['command']}` (`just bench-retrieval` runs it without flags)",
+              f"- Date: {m['date']}; commit: {m['commit'] or 'none yet'}{dirty}; wall time {m['wall_s']} s",
+              f"- Load average (1, 5, 15 min) at start: {m['load_average_at_start']}, at end: "
+              f"{m['load_average_at_end']} (anything else running on the box shows here)",
               f"- Machine: {m['cpu_model']}, {m['cores']} cores ({m['cores_usable']} usable), "
               f"{m['memory_gib']} GiB RAM, Python {m['python']}",
               "- Packages: " + ", ".join(f"{k} {v}" for k, v in m["packages"].items() if v), "",
@@ -100,14 +103,39 @@ def markdown(r: dict) -> str:
               "for like with the peers' threads) and over HTTP against the real server on loopback (the clients share "
               "the machine's cores with the server).",
               "- Peers index the chunk texts and the vectors read back from the appliance's index (same embeddings), "
-              "and encode queries with the same ONNX encoder.", ""]
+              "and encode queries with the same encoder. faiss+rank_bm25: exact inner product + BM25Okapi over the "
+              "appliance's BM25 terms, RRF k = 60 over 10 x k from each list, one after the other. txtai: "
+              "`Embeddings(hybrid=True, content=True)` with its defaults (BM25 on its own tokenizer, score fusion, "
+              "faiss index type chosen by size); searches serialised under a lock as txtai's own Application does, "
+              "because its content database shares one cursor.", ""]
     for name, ds in r["datasets"].items():
         lines += _dataset_section(name, ds)
     if "scale" in r:
         lines += _scale_section(r["scale"])
-    lines += ["## What this shows / targets", ""]
+    lines += ["## What this shows / targets", ""] + _findings(r) + ["", "Targets (from the issue):", ""]
     lines += [f"- {'MET' if t['met'] else 'NOT MET'}: {t['target']}: {t['measured']}" for t in r["targets"]]
     return "\n".join(lines) + "\n"
+
+
+def _findings(r: dict) -> list[str]:
+    """A few facts read straight off the tables, to help reading them."""
+    out = []
+    for name, ds in r["datasets"].items():
+        o = ds["ours"]
+        systems = {f"ours {k}": q["ndcg@10"] for k, q in o["quality"].items() if "ndcg@10" in q}
+        systems.update({f"{p} {k}": q["ndcg@10"] for p, v in ds.get("peers", {}).items() for k, q in v["quality"].items()})
+        best = max(systems, key=systems.get)
+        out.append(f"- {name}: best nDCG@10 is {best} ({systems[best]:.4f}); ours hybrid {systems['ours hybrid']:.4f}.")
+        if "throughput_http" in o:
+            inproc = o["throughput_inprocess"][o["default"]]["qps"]
+            out.append(f"- {name}: over HTTP the server's default ({o['default']}) serves {o['throughput_http']['qps']} "
+                       f"queries/s, {o['throughput_http']['qps'] / inproc:.0%} of the {inproc} in-process.")
+    s = r.get("scale")
+    if s:
+        st = s["hybrid"]
+        out.append(f"- At {s['chunks']:,} chunks, hybrid p99 is {st['p99_ms']} ms, of which query encoding alone has a "
+                   f"p99 of {st['stages_p99_ms'].get('encode')} ms.")
+    return out
 
 
 def _dataset_section(name: str, ds: dict) -> list[str]:

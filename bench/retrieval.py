@@ -45,8 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--slow-queries", type=int, default=100,
                    help="faiss+rank_bm25 is timed on this many queries only (rank_bm25 scores every chunk in Python)")
     p.add_argument("--scale-chunks", type=int, default=None, help="default 100000 (quick: 10000)")
-    p.add_argument("--scale-late", action="store_true",
-                   help="also write token vectors at scale and time late interaction (~190 KB per chunk on disk)")
+    p.add_argument("--scale-late", choices=["auto", "yes", "no"], default="auto",
+                   help="write token vectors at scale and time late interaction (~75 KB per chunk on disk); "
+                        "auto: when the product's default search uses late interaction")
     p.add_argument("--out", type=Path, default=None, help="output path without suffix")
     args = p.parse_args(argv)
     args.scale_chunks = args.scale_chunks or (10_000 if args.quick else 100_000)
@@ -135,18 +136,20 @@ async def main(argv: list[str] | None = None) -> int:
         print(f"[{time.perf_counter() - started:6.0f}s] {message}", flush=True)
 
     results: dict = {"meta": report.machine_info(args), "datasets": {}}
-    scale_source = None
+    scale_source, scale_default_late = None, False
     for name in [d.strip() for d in args.datasets.split(",") if d.strip()]:
         results["datasets"][name], source = await bench_dataset(name, args, log)
-        scale_source = scale_source or source
+        if source is not None and scale_source is None:
+            scale_source, scale_default_late = source, results["datasets"][name]["ours"]["default"] == "hybrid+late"
     if not args.skip_scale:
         if scale_source is None:
             log("scale: skipped (needs the SciFact index as its source)")
         else:
             log(f"scale: {args.scale_chunks} chunks")
             judged = load_dataset(DATASETS["scifact"], *(QUICK["scifact"] if args.quick else (None, None)))
+            late = args.scale_late == "yes" or (args.scale_late == "auto" and scale_default_late)
             results["scale"] = await scale.run(scale_source, args.scale_chunks, list(judged.queries.values()),
-                                               args.scale_late, log)
+                                               late, log)
             log(f"    {results['scale']}")
     results["meta"]["wall_s"] = round(time.perf_counter() - started, 1)
     results["meta"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]

@@ -1,5 +1,6 @@
 """The whole write and read path in one process: real encoder, real SQLite, real indexes on disk."""
 import asyncio
+import json
 from dataclasses import replace
 
 import pytest
@@ -245,16 +246,23 @@ def test_a_failed_index_build_keeps_the_documents_and_recovers(settings, monkeyp
     assert ids(after)[0] == "code"
 
 
-def test_an_unreadable_index_is_rebuilt_from_the_store_at_boot(settings):
+@pytest.mark.parametrize("damage", ["garbage", "old format"])
+def test_an_unreadable_index_is_rebuilt_from_the_store_at_boot(settings, damage):
     async def go():
         app = await started(settings)
         await app.ingest("acme", "kb", DOCS)
         folder = next(iter(app.indexers.values())).snapshot.folder
         await app.stop()
-        (folder / "chunk_ids.npy").write_bytes(b"garbage")
+        if damage == "garbage":
+            (folder / "chunk_ids.npy").write_bytes(b"garbage")
+        else:  # a folder written by an earlier release of the index format
+            manifest = json.loads((folder / "manifest.json").read_text())
+            (folder / "manifest.json").write_text(json.dumps({**manifest, "format": 1}))
         app = await started(settings)
         result = await app.search("XK-4471", PartitionFilter("acme"), 2)
+        rebuilt = next(iter(app.indexers.values())).snapshot.folder
         await app.stop()
-        return result
+        return result, folder, rebuilt
 
-    assert ids(run(go()))[0] == "code"
+    result, folder, rebuilt = run(go())
+    assert ids(result)[0] == "code" and rebuilt != folder

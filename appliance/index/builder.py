@@ -20,7 +20,7 @@ import numpy as np
 from usearch.index import Index
 
 from ..config import IndexSettings
-from .snapshot import CURRENT, PartitionSnapshot, current_version, quantize, shard_files
+from .snapshot import CURRENT, FORMAT, PartitionSnapshot, current_version, quantize, shard_files
 
 _COMPACT_BELOW = 0.5  # rewrite token shards into one when less than half of their rows are still live
 
@@ -87,7 +87,7 @@ def build_version(partition_dir: Path, partition_id: int, store_version: int, en
             retriever.index(tokenize(index_texts), show_progress=False)
             retriever.save(str(tmp / "bm25"))
         manifest = {
-            "partition_id": partition_id, "store_version": store_version, "encoder": encoder, "dim": dim,
+            "format": FORMAT, "partition_id": partition_id, "store_version": store_version, "encoder": encoder, "dim": dim,
             "count": int(len(chunk_ids)), "created_at": time.time(), "params": dataclasses.asdict(params),
             "token_vectors": added.tokens is not None and (previous is None or previous.has_token_vectors),
         }

@@ -16,6 +16,11 @@ import numpy as np
 from usearch.index import Index
 
 CURRENT = "CURRENT"
+FORMAT = 2  # bump on any change to the files below; a version of another format is rebuilt from the store
+
+
+class IndexFormatError(ValueError):
+    """A version folder written by another format of this code."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -33,6 +38,8 @@ class PartitionSnapshot:
     def __init__(self, folder: Path, expansion_search: int = 64):
         self.folder = Path(folder)
         self.manifest = json.loads((self.folder / "manifest.json").read_text())
+        if self.manifest.get("format") != FORMAT:
+            raise IndexFormatError(f"{self.folder}: index format {self.manifest.get('format')}, expected {FORMAT}")
         self.partition_id: int = self.manifest["partition_id"]
         self.store_version: int = self.manifest["store_version"]
         self.encoder: str = self.manifest["encoder"]

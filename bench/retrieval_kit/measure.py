@@ -111,12 +111,16 @@ def rounds_for(queries: list[str], minimum: int) -> list[str]:
     return queries * repeat
 
 
-def rss_bytes() -> int:
+def rss_bytes() -> dict[str, int]:
+    """Resident memory split as the kernel reports it: anonymous (heap) and file-backed (mapped files, i.e. page
+    cache the kernel can drop and re-read), in bytes."""
+    out = {}
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+            key, _, value = line.partition(":")
+            if key in ("RssAnon", "RssFile"):
+                out[key[3:].lower()] = int(value.split()[0]) * 1024
+    return out
 
 
 def folder_bytes(path: os.PathLike) -> int:

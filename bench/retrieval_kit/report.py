@@ -123,18 +123,21 @@ def _findings(r: dict) -> list[str]:
     for name, ds in r["datasets"].items():
         o = ds["ours"]
         systems = {f"ours {k}": q["ndcg@10"] for k, q in o["quality"].items() if "ndcg@10" in q}
-        systems.update({f"{p} {k}": q["ndcg@10"] for p, v in ds.get("peers", {}).items() for k, q in v["quality"].items()})
+        for peer, v in ds.get("peers", {}).items():
+            systems.update({f"{peer} {k}": q["ndcg@10"] for k, q in v["quality"].items()})
         best = max(systems, key=systems.get)
         out.append(f"- {name}: best nDCG@10 is {best} ({systems[best]:.4f}); ours hybrid {systems['ours hybrid']:.4f}.")
         if "throughput_http" in o:
             inproc = o["throughput_inprocess"][o["default"]]["qps"]
-            out.append(f"- {name}: over HTTP the server's default ({o['default']}) serves {o['throughput_http']['qps']} "
-                       f"queries/s, {o['throughput_http']['qps'] / inproc:.0%} of the {inproc} in-process.")
+            http = o["throughput_http"]["qps"]
+            out.append(f"- {name}: over HTTP the server's default ({o['default']}) serves {http} queries/s, "
+                       f"{http / inproc:.0%} of the {inproc} in-process.")
     s = r.get("scale")
-    if s:
-        st = s["hybrid"]
-        out.append(f"- At {s['chunks']:,} chunks, hybrid p99 is {st['p99_ms']} ms, of which query encoding alone has a "
-                   f"p99 of {st['stages_p99_ms'].get('encode')} ms.")
+    for label in ("hybrid", "hybrid+late") if s else ():
+        if label in s:
+            st = s[label]
+            out.append(f"- At {s['chunks']:,} chunks, {label} p99 is {st['p99_ms']} ms; the p99 of query encoding "
+                       f"alone is {st['stages_p99_ms'].get('encode')} ms.")
     return out
 
 
@@ -145,7 +148,8 @@ def _dataset_section(name: str, ds: dict) -> list[str]:
              f"{d['documents']} documents -> {d['chunks']} chunks ({cache}; ingest took {d['ingest_s']} s), "
              f"{d['judged_queries']} judged queries; {d['speed_queries']} distinct queries timed, "
              f"{d['throughput_requests']} requests per throughput run.", "",
-             "### Quality", "", "| system | nDCG@10 | recall@100 | MRR@10 | p50 ms | p99 ms |", "|---|---|---|---|---|---|"]
+             "### Quality", "", "| system | nDCG@10 | recall@100 | MRR@10 | p50 ms | p99 ms |",
+             "|---|---|---|---|---|---|"]
     for label, q in ours["quality"].items():
         lines.append(_quality_row(f"ours {_label(label, ours)}", q))
     for peer, p in ds.get("peers", {}).items():
@@ -197,7 +201,8 @@ def _label(label: str, ours: dict) -> str:
 def _quality_row(label: str, q: dict) -> str:
     if "ndcg@10" not in q:
         return f"| {label} | n/a | n/a | n/a | n/a | n/a |"
-    return f"| {label} | {q['ndcg@10']:.4f} | {q['recall@100']:.4f} | {q['mrr@10']:.4f} | {q['p50_ms']} | {q['p99_ms']} |"
+    return (f"| {label} | {q['ndcg@10']:.4f} | {q['recall@100']:.4f} | {q['mrr@10']:.4f} | {q['p50_ms']} | "
+            f"{q['p99_ms']} |")
 
 
 def _ratio(a: float, b: float, digits: int = 2) -> str:
@@ -220,10 +225,14 @@ def _scale_section(s: dict) -> list[str]:
             stages = ", ".join(f"{k} {v}" for k, v in st["stages_p99_ms"].items())
             lines.append(f"| {label} | {st['p50_ms']} | {st['p99_ms']} | {stages} |")
     lines += ["", f"- Version folder on disk: {_mib(mem['version_folder_bytes'])}; token shards: {tokens}.",
-              f"- RSS growth: {_mib(mem['rss_growth_open_bytes'])} after opening, "
-              f"{_mib(mem['rss_growth_after_queries_bytes'])} after the queries (files are memory-mapped: pages "
-              "count once touched).", ""]
+              f"- RSS growth after opening: {_rss(mem['rss_growth_open'])}; after the queries: "
+              f"{_rss(mem['rss_growth_after_queries'])}. The index files are memory-mapped: their pages count as "
+              "file-backed once touched (page cache the kernel can drop), the heap as anonymous.", ""]
     return lines
+
+
+def _rss(growth: dict[str, int]) -> str:
+    return f"{_mib(growth['anon'])} anonymous + {_mib(growth['file'])} file-backed"
 
 
 def _mib(n: int | None) -> str:

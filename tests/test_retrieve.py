@@ -11,6 +11,8 @@ def test_rrf_rewards_agreement_between_lists():
     assert order[0] == "a"  # ranks 1 and 2
     assert order.index("c") < order.index("b")  # in both lists beats first-in-one
     assert abs(dict(fused)["a"] - (1 / 61 + 1 / 62)) < 1e-12
+    weighted = dict(rrf([["a", "b"], ["b", "a"]], k=60, weights=[1.0, 0.5]))
+    assert weighted["a"] > weighted["b"] and abs(weighted["a"] - (1 / 61 + 0.5 / 62)) < 1e-12
 
 
 def test_maxsim_matches_a_plain_loop():

@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 
-def rrf(ranked_lists: Sequence[Sequence[Hashable]], k: int = 60) -> list[tuple[Hashable, float]]:
+def rrf(ranked_lists: Sequence[Sequence[Hashable]], k: int = 60,
+        weights: Sequence[float] | None = None) -> list[tuple[Hashable, float]]:
     scores: dict[Hashable, float] = {}
-    for ranked in ranked_lists:
+    for ranked, weight in zip(ranked_lists, weights or [1.0] * len(ranked_lists)):
         for rank, item in enumerate(ranked, start=1):
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+            scores[item] = scores.get(item, 0.0) + weight / (k + rank)
     return sorted(scores.items(), key=lambda pair: pair[1], reverse=True)

@@ -78,7 +78,9 @@ class HybridSearcher:
         started = time.perf_counter()
         bm25_list = _merge([(i, r[0]) for i, r in enumerate(results[0::2])], fetch)
         ann_list = _merge([(i, r[0]) for i, r in enumerate(results[1::2])], fetch)
-        fused = rrf([ranked for ranked in (bm25_list, ann_list) if ranked], self.params.rrf_k)
+        lists = [(ranked, weight) for ranked, weight in ((bm25_list, 1.0), (ann_list, self.params.dense_weight))
+                 if ranked]
+        fused = rrf([ranked for ranked, _ in lists], self.params.rrf_k, [weight for _, weight in lists])
         bm25_rank = {key: rank for rank, key in enumerate(bm25_list, 1)}
         ann_rank = {key: rank for rank, key in enumerate(ann_list, 1)}
         timings.add("fuse", (time.perf_counter() - started) * 1000)

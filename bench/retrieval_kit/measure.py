@@ -6,13 +6,16 @@ import itertools
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable
 
 import numpy as np
 
-from appliance.evaluate import BeirData, mrr_at, ndcg_at, recall_at
+from appliance.evaluate import RECALL_CHUNKS, BeirData, mrr_at, ndcg_at, recall_at
 
-QUALITY_K = 150  # chunks fetched per query for quality, as appliance.evaluate.score_queries does (recall@100 docs)
+# As appliance.evaluate.score_queries does: nDCG@10 and MRR@10 from the k=10 page a client asks for (each list
+# over-fetches 10 x k, so k changes the fusion), recall@100 from a second, deeper search.
+PAGE_K = 10
+QUALITY_K = RECALL_CHUNKS  # chunks fetched for recall@100 (documents have ~1.6 chunks each)
 SPEED_K = 10  # results per request when timing: what an app asks for
 
 
@@ -31,19 +34,20 @@ def doc_ranking(doc_keys: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(doc_keys))
 
 
-def score_rankings(data: BeirData, ranked: dict[str, list[str]]) -> dict:
-    """Average nDCG@10, recall@100 and MRR@10 with the product's own metric functions."""
+def score_rankings(data: BeirData, page: dict[str, list[str]], deep: dict[str, list[str]]) -> dict:
+    """Average nDCG@10 and MRR@10 of the k=10 pages and recall@100 of the deep rankings, with the product's own
+    metric functions."""
     ndcg, recall, mrr = [], [], []
-    for qid, docs in ranked.items():
+    for qid, docs in page.items():
         relevant = data.qrels[qid]
         ndcg.append(ndcg_at(docs, relevant))
-        recall.append(recall_at(docs, relevant))
         mrr.append(mrr_at(docs, relevant))
+        recall.append(recall_at(deep[qid], relevant))
     return {"ndcg@10": round(float(np.mean(ndcg)), 4), "recall@100": round(float(np.mean(recall)), 4),
-            "mrr@10": round(float(np.mean(mrr)), 4), "queries": len(ranked)}
+            "mrr@10": round(float(np.mean(mrr)), 4), "queries": len(page)}
 
 
-def sequential_latency(search: Callable[[str], object], queries: list[str], warm_up: int = 5) -> dict:
+def sequential_latency(search: Callable[[Any], object], queries: list, warm_up: int = 5) -> dict:
     for q in queries[:warm_up]:
         search(q)
     samples = []
@@ -54,7 +58,7 @@ def sequential_latency(search: Callable[[str], object], queries: list[str], warm
     return latency_stats(samples)
 
 
-def thread_throughput(search: Callable[[str], object], queries: list[str], clients: int) -> dict:
+def thread_throughput(search: Callable[[Any], object], queries: list, clients: int) -> dict:
     """`clients` threads share one queue of requests; queries/s = requests / wall time of the whole batch."""
     pending = iter(queries)
 
@@ -72,7 +76,7 @@ def thread_throughput(search: Callable[[str], object], queries: list[str], clien
     return _throughput(started, list(itertools.chain(*results)), clients)
 
 
-async def async_throughput(search: Callable[[str], Awaitable[object]], queries: list[str], clients: int) -> dict:
+async def async_throughput(search: Callable[[Any], Awaitable[object]], queries: list, clients: int) -> dict:
     """`clients` asyncio tasks share one queue of requests (in-process or HTTP: the caller's `search` decides)."""
     pending = iter(queries)
     errors = 0
@@ -103,7 +107,7 @@ def _throughput(started: float, samples: list[float], clients: int) -> dict:
             "wall_s": round(wall, 2), **{f"client_{k}": v for k, v in latency_stats(samples).items() if k != "n"}}
 
 
-def rounds_for(queries: list[str], minimum: int) -> list[str]:
+def rounds_for(queries: list, minimum: int) -> list:
     """The distinct queries repeated until at least `minimum` requests (the search path has no result cache)."""
     if not queries:
         return []

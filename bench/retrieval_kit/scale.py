@@ -4,7 +4,8 @@ The chunks are SciFact's own, repeated with small perturbations, because encodin
 2 cores: each copy's vector gets gaussian noise (then re-normalised) and its text loses one word and has two
 neighbouring words swapped, so neither the HNSW graph nor the BM25 index sees exact duplicates. The partition is
 written with the product's own `build_version`, and searched through the same path as `Appliance.search`:
-the micro-batched encoder, the BM25 tokenizer and `HybridSearcher` with the default settings.
+the micro-batched encoder, the BM25 tokenizer and `HybridSearcher` with the default settings. Then, search-only
+(query vectors computed beforehand), the same searcher alone and the peers over the same chunks (scalepeers.py).
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from appliance.text import BM25Tokenizer
 
 from .data import CACHE, code_hash, make_settings
 from .measure import SPEED_K, folder_bytes, latency_stats, ms_since, rss_bytes
+from .searchonly import OursSearchOnly, QueryVectors, encode_queries
 
 NOISE = 0.01  # per dimension; a copy keeps cosine ~0.98 with its original chunk
 # Chunks per build when token vectors are written: the builder holds a build's token vectors in memory at once
@@ -94,9 +96,11 @@ def _perturb(text: str, rng: random.Random) -> str:
     return " ".join(words)
 
 
-async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[str], late: bool) -> dict:
+async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[str], late: bool,
+                  search_only: dict | None) -> tuple[dict, QueryVectors | None]:
     """Open the partition fresh, then time sequential searches; memory = files on disk and RSS growth.
-    The encoder, tokenizer and searcher are an (empty) appliance's own, so the path is exactly the product's."""
+    The encoder, tokenizer and searcher are an (empty) appliance's own, so the path is exactly the product's.
+    `search_only` ({"clients", "max_requests"}): also time the searcher alone; the query vectors are returned."""
     app = Appliance(make_settings(partition_dir.parent / "app", "minilm"))
     await app.start(warm_up=False)
     try:
@@ -118,7 +122,8 @@ async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[
             return timings.stages
 
         out: dict = {"chunks": snapshot.size}
-        for label, with_late in [("hybrid", False)] + ([("hybrid+late", True)] if late else []):
+        configs = [("hybrid", False)] + ([("hybrid+late", True)] if late else [])
+        for label, with_late in configs:
             for q in queries[:5]:
                 await search(q, with_late)
             runs = [await search(q, with_late) for q in queries]
@@ -126,6 +131,11 @@ async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[
             out[label]["stages_p99_ms"] = {s: round(float(np.percentile([t.get(s, 0.0) for t in runs], 99)), 2)
                                            for s in runs[0] if s != "total"}
         rss_after = rss_bytes()
+        vectors = None
+        if search_only is not None:
+            vectors = await encode_queries(app.batcher, queries)
+            engine = OursSearchOnly(app.searcher, app.tokenizer, targets, vectors)
+            out["search_only"] = {label: await engine.measure(with_late, **search_only) for label, with_late in configs}
         token_bytes = folder_bytes(partition_dir / "tokens") if snapshot.has_token_vectors else 0
         out["memory"] = {
             "version_folder_bytes": folder_bytes(version),
@@ -134,7 +144,8 @@ async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[
             "rss_growth_open": {k: rss_open[k] - rss_before[k] for k in rss_before},
             "rss_growth_after_queries": {k: rss_after[k] - rss_before[k] for k in rss_before},
         }
-        return out
+        out["version_folder"] = str(version)
+        return out, vectors
     finally:
         await app.stop()
 
@@ -150,8 +161,12 @@ def _estimate_tokens(source: PartitionSnapshot, chunks: int) -> int | None:
     return int(per_row * live_rows / source.size * chunks)
 
 
-async def run(source_version: Path, n_chunks: int, queries: list[str], with_tokens: bool, log=print) -> dict:
+async def run(source_version: Path, n_chunks: int, queries: list[str], with_tokens: bool, log=print,
+              search_only: dict | None = None) -> tuple[dict, QueryVectors | None]:
+    """Build (or reuse) the partition and time it; returns the figures and, with `search_only`, the query vectors
+    (for the peers, which are built over the same partition: the result's "version_folder")."""
     source = PartitionSnapshot(source_version)
     index_settings = make_settings(CACHE / "unused", "minilm").index
     partition_dir, meta = await asyncio.to_thread(build, source, n_chunks, with_tokens, index_settings, log)
-    return {"build": meta, **await measure(partition_dir, source, queries, with_tokens)}
+    out, vectors = await measure(partition_dir, source, queries, with_tokens, search_only)
+    return {"build": meta, **out}, vectors

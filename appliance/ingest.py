@@ -20,7 +20,7 @@ import numpy as np
 from .config import ChunkSettings, IndexSettings
 from .encode import MicroBatcher
 from .index import NewChunks, PartitionSnapshot, build_version, collect_garbage, current_version
-from .store import NewDocument, Partition, Store
+from .store import ChunkRow, NewDocument, Partition, Store
 from .text import BM25Tokenizer, chunk_text, content_hash
 
 log = logging.getLogger("appliance.ingest")
@@ -91,36 +91,26 @@ class PartitionIndexer:
     async def _build(self, rebuild: bool) -> None:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
-        store_version, chunk_ids = await loop.run_in_executor(None, self.store.partition_state, self.partition.id)
-        wanted = np.asarray(chunk_ids, dtype=np.int64)
+        encoder = self.batcher.encoder
         previous = None if rebuild else self.snapshot
+        if previous is not None and previous.encoder != encoder.name:
+            previous = None  # built by another encoder: everything is encoded again
         have = np.asarray(previous.chunk_ids, dtype=np.int64) if previous is not None else np.zeros(0, np.int64)
-        if previous is not None and previous.encoder != self.batcher.encoder.name:
-            previous, have = None, np.zeros(0, np.int64)
-        removed = np.setdiff1d(have, wanted, assume_unique=True)
-        to_add = np.setdiff1d(wanted, have, assume_unique=True)
-        if previous is not None and not len(removed) and not len(to_add):
-            if previous.store_version != store_version:  # e.g. only "unchanged" rewrites: just move the pointer
-                self.snapshot = await loop.run_in_executor(None, self._publish, previous, removed, None, None)
+        store_version, chunk_ids, rows = await loop.run_in_executor(
+            None, self.store.partition_state, self.partition.id, have.tolist())
+        removed = np.setdiff1d(have, np.asarray(chunk_ids, dtype=np.int64), assume_unique=True)
+        if previous is not None and not len(removed) and not rows and previous.store_version == store_version:
             return
-        added = await self._encode(to_add)
-        self.snapshot = await loop.run_in_executor(None, self._publish, previous, removed, added, store_version)
+        added = await self._encode(rows) if rows else NewChunks.empty(encoder.dim, encoder.has_token_vectors)
+        self.snapshot = await loop.run_in_executor(
+            None, build_version, self.folder, self.partition.id, store_version, encoder.name, encoder.dim, previous,
+            removed, added, self.params, self.tokenizer.many)
         log.info("partition %s/%s: index v%d (+%d -%d chunks, %d in all) in %.0f ms", self.partition.tenant,
-                 self.partition.name, store_version, len(to_add), len(removed), self.snapshot.size,
+                 self.partition.name, store_version, len(rows), len(removed), self.snapshot.size,
                  (time.perf_counter() - started) * 1000)
 
-    def _publish(self, previous, removed, added, store_version) -> PartitionSnapshot:
+    async def _encode(self, rows: list[ChunkRow]) -> NewChunks:
         encoder = self.batcher.encoder
-        if store_version is None:  # nothing to add or remove
-            store_version, _ = self.store.partition_state(self.partition.id)
-            added = NewChunks.empty(encoder.dim, encoder.has_token_vectors)
-        return build_version(self.folder, self.partition.id, store_version, encoder.name, encoder.dim, previous,
-                             removed, added, self.params, self.tokenizer.many)
-
-    async def _encode(self, chunk_ids: np.ndarray) -> NewChunks:
-        encoder = self.batcher.encoder
-        loop = asyncio.get_running_loop()
-        rows = await loop.run_in_executor(None, lambda: list(self.store.chunks(chunk_ids.tolist())))
         texts = [r.text for r in rows]
         inputs = [f"{r.title}. {r.text}" if r.title else r.text for r in rows]
         dense = np.zeros((len(rows), encoder.dim), np.float32)

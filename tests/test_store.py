@@ -80,5 +80,6 @@ def test_readers_in_threads_see_committed_state(tmp_path):
     thread = threading.Thread(target=lambda: seen.append(store.partition_state(p.id)))
     thread.start()
     thread.join()
-    version, ids = seen[0]
-    assert version == 1 and len(ids) == 1
+    version, ids, rows = seen[0]
+    assert version == 1 and len(ids) == 1 and [r.text for r in rows] == ["alpha"]
+    assert store.partition_state(p.id, indexed=ids)[2] == []  # nothing new beyond what is indexed

@@ -211,14 +211,17 @@ class Store:
         ).fetchall()
         return [r[0] for r in rows]
 
-    def partition_state(self, partition_id: int) -> tuple[int, list[int]]:
-        """The partition's version and chunk ids, read in one snapshot so they agree."""
+    def partition_state(self, partition_id: int, indexed: Iterable[int] = ()) -> tuple[int, list[int], list[ChunkRow]]:
+        """The partition's version, its chunk ids, and the rows of those chunks not in `indexed`, all read in one
+        snapshot so they agree even while writers commit."""
         db = self._reader()
         with _transaction(db, "BEGIN"):
             version = db.execute("SELECT version FROM partitions WHERE id = ?", (partition_id,)).fetchone()[0]
             ids = [r[0] for r in db.execute(
                 "SELECT id FROM chunks WHERE partition_id = ? ORDER BY id", (partition_id,))]
-        return version, ids
+            known = set(indexed)
+            rows = list(self.chunks([i for i in ids if i not in known]))
+        return version, ids, rows
 
     def chunks(self, chunk_ids: Iterable[int]) -> Iterator[ChunkRow]:
         """Chunks with their document's fields, in id order. Missing ids are skipped."""

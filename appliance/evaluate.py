@@ -2,7 +2,7 @@
 
 Results are chunks; a document's rank is the rank of its best chunk, as a user reading the list would see it.
 nDCG@10, MRR@10 and latency come from a k=10 search, the page a client asks for, so they measure the fusion the
-product really does (each list over-fetches 10 x k); recall@100 comes from a second, k=100 search.
+product really does (each list over-fetches 10 x k); recall@100 comes from a second search of RECALL_CHUNKS.
 """
 from __future__ import annotations
 

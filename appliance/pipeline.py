@@ -179,7 +179,8 @@ class Appliance:
         indexed, error = await self._index(indexer, written.version, wait)
         return IngestResult(tenant, partition, written.version, indexed, written.documents, error)
 
-    async def delete(self, tenant: str, key: str, partition: str | None = None, wait: bool = True) -> list[IngestResult]:
+    async def delete(self, tenant: str, key: str, partition: str | None = None,
+                     wait: bool = True) -> list[IngestResult]:
         assert self.store is not None
         results = []
         for record in await asyncio.to_thread(self.store.document_keys, tenant, key):

@@ -87,7 +87,8 @@ def build_version(partition_dir: Path, partition_id: int, store_version: int, en
             retriever.index(tokenize(index_texts), show_progress=False)
             retriever.save(str(tmp / "bm25"))
         manifest = {
-            "format": FORMAT, "partition_id": partition_id, "store_version": store_version, "encoder": encoder, "dim": dim,
+            "format": FORMAT, "partition_id": partition_id, "store_version": store_version, "encoder": encoder,
+            "dim": dim,
             "count": int(len(chunk_ids)), "created_at": time.time(), "params": dataclasses.asdict(params),
             "token_vectors": added.tokens is not None and (previous is None or previous.has_token_vectors),
         }

@@ -56,9 +56,6 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
     async def post_documents(request: Request) -> JSONResponse:
         require_ready()
         body = validate(await read_json(request), ingest_spec)
-        for i, d in enumerate(body["documents"]):
-            if not d["text"].strip():
-                raise BadRequest("must contain more than white space", f"documents[{i}].text")
         docs = [DocumentInput(text=d["text"], title=d["title"], id=d["id"], source=d["source"],
                               metadata=d["metadata"], time=d["time"]) for d in body["documents"]]
         ids = [d.id for d in docs if d.id is not None]
@@ -97,8 +94,6 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
     async def search(request: Request) -> JSONResponse:
         require_ready()
         body = validate(await read_json(request), search_spec)
-        if not body["query"].strip():
-            raise BadRequest("must contain more than white space", "query")
         filters = body["filters"] or {}
         where = PartitionFilter(
             tenant=body["tenant"], names=tuple(body["partitions"]) if body["partitions"] else None,

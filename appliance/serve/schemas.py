@@ -13,7 +13,7 @@ def ingest_body(settings: Settings) -> Spec:
                    min=1, max=256),
         "title": Spec("string", "Title; also indexed.", default="", max=1000),
         "text": Spec("string", "Full text; chunked at ingest.", required=True, min=1,
-                     max=settings.server.max_body_bytes),
+                     max=settings.server.max_body_bytes, blank=False),
         "source": Spec("string", "Where the document came from (path, URL, system).", default="", max=2000),
         "metadata": Spec("object", "Free-form JSON object returned with results.", free_form=True, max=65536),
         "time": Spec("timestamp", "Document time (epoch seconds or ISO 8601); selects partitions by time range."),
@@ -32,7 +32,7 @@ def ingest_body(settings: Settings) -> Spec:
 def search_body(settings: Settings) -> Spec:
     return Spec("object", fields={
         "tenant": Spec("string", "Tenant to search.", required=True, pattern=NAME_PATTERN),
-        "query": Spec("string", "The question or keywords.", required=True, min=1, max=4000),
+        "query": Spec("string", "The question or keywords.", required=True, min=1, max=4000, blank=False),
         "k": Spec("integer", "Number of results.", default=settings.retrieve.default_k, min=1,
                   max=settings.retrieve.max_k),
         "partitions": Spec("array", "Partition names to search; default: all of the tenant's.", min=1, max=1000,
@@ -90,7 +90,8 @@ def openapi(settings: Settings) -> dict[str, Any]:
     }
 
 
-_REASONS = {400: "Malformed body", 404: "Not found", 409: "Conflicts with stored state", 413: "Body too large", 422: "A field is wrong",
+_REASONS = {400: "Malformed body", 404: "Not found", 409: "Conflicts with stored state", 413: "Body too large",
+            422: "A field is wrong",
             503: "Not ready or overloaded"}
 
 

@@ -39,6 +39,7 @@ class Spec:
     fields: dict[str, "Spec"] = field(default_factory=dict)
     items: "Spec | None" = None
     free_form: bool = False  # an object whose keys are the client's own (metadata)
+    blank: bool = True  # a string of only white space is acceptable
 
 
 def parse_json(raw: bytes) -> Any:
@@ -85,6 +86,8 @@ def validate(value: Any, spec: Spec, path: str = "") -> Any:
         if not isinstance(value, str):
             raise BadRequest(f"must be a string, got {_type_name(value)}", where)
         _check_size(value, spec, where, "characters")
+        if not spec.blank and value and not value.strip():
+            raise BadRequest("must contain more than white space", where)
         if spec.pattern and not re.match(spec.pattern, value):
             raise BadRequest(f"must match {spec.pattern}", where)
         return value

@@ -211,7 +211,8 @@ class Store:
         ).fetchall()
         return [r[0] for r in rows]
 
-    def partition_state(self, partition_id: int, indexed: Iterable[int] = ()) -> tuple[int, list[int], list[ChunkRow]]:
+    def partition_state(self, partition_id: int,
+                        indexed: Iterable[int] = ()) -> tuple[int, list[int], list[ChunkRow]]:
         """The partition's version, its chunk ids, and the rows of those chunks not in `indexed`, all read in one
         snapshot so they agree even while writers commit."""
         db = self._reader()

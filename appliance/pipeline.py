@@ -1,8 +1,9 @@
-"""Wires the stages: store, encoder (micro-batched), partition indexes, hybrid retrieval.
+"""Wires the stages: store, encoder (micro-batched), partition indexes, hybrid retrieval, engines and router.
 
 `Appliance` is what the HTTP layer and the CLI talk to; it owns every long-lived part and the order they start
 in. Request path for search: encode the query -> pick partitions -> BM25 and HNSW in parallel -> RRF -> late
-interaction -> results with per-stage timings.
+interaction -> results with per-stage timings. Answers add: route -> prompt -> stream from an engine
+(`answer.py`).
 """
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from pathlib import Path
 
 import threadpoolctl
 
+from .answer import Answerer, AskRequest
 from .config import Settings
 from .encode import MicroBatcher, load_encoder
+from .generate import EnginePool, Router, warm_up_prompts
 from .ingest import DocumentInput, PartitionIndexer, prepare_documents
 from .models import model_path
 from .retrieve import Hit, HybridSearcher, PartitionFilter, Target, Timings, select_partitions
@@ -68,10 +71,15 @@ class Appliance:
         self.indexers: dict[int, PartitionIndexer] = {}
         self._executor = ThreadPoolExecutor(settings.retrieve.search_threads, thread_name_prefix="search")
         self.searcher = HybridSearcher(settings.retrieve, self._executor)
+        self.pool: EnginePool | None = None
+        self.router: Router | None = None
+        self.answerer: Answerer | None = None
+        self.warm_up_ms: dict[str, float] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
 
-    async def start(self, warm_up: bool = True) -> None:
+    async def start(self, warm_up: bool = True, generation: bool | None = None) -> None:
+        """Open everything; `generation=False` skips the engines (CLI tools that only index or search)."""
         started = time.perf_counter()
         s = self.settings
         # numpy's BLAS only serves small per-request products here (MaxSim); its worker threads would spin
@@ -98,6 +106,11 @@ class Appliance:
             await indexer.catch_up(partition.version)
         if s.demo_corpus and not self.store.partitions():
             await self._ingest_samples()
+        if s.generate.enabled if generation is None else generation:
+            self.router = load_router(s)
+            self.pool = EnginePool(s.small, s.large, s.generate, s.models_dir, s.data_dir)
+            await self.pool.start()
+        self.answerer = Answerer(self.pool, self.router, s.generate, s.router, self.search, self._encode_dense)
         if warm_up:
             await self._warm_up()
         self.boot_ms = (time.perf_counter() - started) * 1000
@@ -106,6 +119,8 @@ class Appliance:
 
     async def stop(self) -> None:
         self.ready = False
+        if self.pool is not None:
+            await self.pool.stop()
         if self.batcher is not None:
             await self.batcher.stop()
         self._executor.shutdown(wait=True)
@@ -129,16 +144,24 @@ class Appliance:
         self._lock_file.flush()
 
     async def _warm_up(self) -> None:
-        """Touch every part once so the first real request pays no loading cost."""
+        """Touch every part once so the first real request pays no loading cost: the encoder, one search per
+        partition, and a prefill of every system prefix on each engine (so prefix caching serves them)."""
         started = time.perf_counter()
         assert self.batcher is not None
         query = await self.batcher.encode("warm up")
+        self.warm_up_ms["encoder"] = _ms(started)
+        t = time.perf_counter()
         for indexer in self.indexers.values():
             snapshot = indexer.snapshot
             if snapshot is not None and snapshot.size:
                 await self.searcher.search([Target(indexer.partition.name, snapshot)], query.dense, query.tokens,
                                            self.tokenizer("warm up"), 1, Timings())
-        log.info("warm-up done in %.0f ms", (time.perf_counter() - started) * 1000)
+        self.warm_up_ms["partitions"] = _ms(t)
+        if self.pool is not None:
+            concise = self.settings.generate.concise
+            self.warm_up_ms["prefixes"] = await self.pool.warm_up(lambda tok: warm_up_prompts(tok, concise))
+        log.info("warm-up done in %.0f ms (%s)", _ms(started),
+                 ", ".join(f"{k} {v:.0f} ms" for k, v in self.warm_up_ms.items()))
 
     async def _ingest_samples(self) -> None:
         docs = []
@@ -255,6 +278,32 @@ class Appliance:
                                           late=late_interaction, mode=mode)
         timings.add("total", _ms(started))
         return SearchResult(hits, [t.name for t in targets], timings.stages)
+
+
+    # -- answers ---------------------------------------------------------------------------------------------
+
+    def ask(self, request: AskRequest):
+        """The answer's events: sources, then tokens, then done (or failed). See `answer.py`."""
+        assert self.answerer is not None
+        return self.answerer.ask(request)
+
+    async def _encode_dense(self, text: str):
+        assert self.batcher is not None
+        return (await self.batcher.encode(text)).dense
+
+    def engines(self) -> dict:
+        return self.pool.describe() if self.pool is not None else {}
+
+
+def load_router(settings: Settings) -> Router | None:
+    """The router trained for the configured embedder at model-build time, if there is one."""
+    folder = model_path(settings.models_dir, f"router-{settings.encoder.model}")
+    files = sorted(folder.glob("router.*")) if folder.is_dir() else []
+    if not files:
+        log.warning("no router model in %s: routing by question length only (run `appliance models build`)",
+                    folder)
+        return None
+    return Router.load(files[0], embedder=settings.encoder.model)
 
 
 def _ms(since: float) -> float:

@@ -8,7 +8,7 @@ import pytest
 from appliance.config import Settings
 from appliance.evaluate import BeirData, beir_documents
 from appliance.models import build_models
-from support import ROOT, SCIFACT, LiveServer, beir_slice, make_settings
+from support import ROOT, SCIFACT, LiveServer, beir_slice, make_settings, observe_boot
 
 
 @pytest.fixture(scope="session")
@@ -37,3 +37,28 @@ def served(tmp_path_factory, models_dir, scifact_slice):
             reply = client.post("/v1/documents", json={"tenant": "sci", "partition": "abstracts", "documents": docs})
             assert reply.status_code == 200, reply.text
         yield live
+
+
+@pytest.fixture(scope="session")
+def tiny_llm(tmp_path_factory) -> Path:
+    """A random-weight Llama with a locally trained tokenizer: real vLLM, fast, gibberish output."""
+    from appliance.models.tiny import build_tiny_llm
+
+    return build_tiny_llm(tmp_path_factory.mktemp("tiny") / "tiny-llm")
+
+
+@pytest.fixture(scope="session")
+def llm_served(tmp_path_factory, models_dir, tiny_llm):
+    """One server with real engines for the whole session: small = the tiny model on core 0, large = the default
+    SmolLM2 on core 1 (so the "Paris" check shares its start-up). `boot` records what clients saw while it
+    warmed up."""
+    settings = make_settings(tmp_path_factory.mktemp("llm"), models_dir, generate_enabled="true",
+                             demo_corpus="true", small_model=str(tiny_llm), small_kv_cache_gib="0.125",
+                             large_model="smollm2", large_kv_cache_gib="0.25", generate_restart_delay_s="0.5")
+    live = LiveServer(settings)
+    live.start()
+    boot = observe_boot(live)
+    try:
+        yield live, boot
+    finally:
+        live.__exit__()

@@ -11,7 +11,7 @@ from support import SCIFACT, make_settings
 
 async def main(data_dir: str, models_dir: str, start: int, count: int) -> None:
     app = Appliance(make_settings(Path(data_dir), Path(models_dir)))
-    await app.start(warm_up=False)
+    await app.start(warm_up=False, generation=False)
     docs = beir_documents(load_beir(SCIFACT).corpus[start:start + count])
     print("READY", flush=True)
     for i in range(0, len(docs), 4):

@@ -21,8 +21,9 @@ CMRC = DATA / "cmrc2018_retrieval_zh"
 
 
 def make_settings(data_dir: Path, models_dir: Path, **env: str) -> Settings:
+    # Engines start only where a test asks for them (llm_settings): each costs ~20 s and ~2 GB.
     base = {"APPLIANCE_DATA_DIR": str(data_dir), "APPLIANCE_MODELS_DIR": str(models_dir),
-            "APPLIANCE_DEMO_CORPUS": "false"}
+            "APPLIANCE_DEMO_CORPUS": "false", "APPLIANCE_GENERATE_ENABLED": "false"}
     base.update({f"APPLIANCE_{k.upper()}": v for k, v in env.items()})
     return load_settings(env=base)
 
@@ -62,11 +63,14 @@ class LiveServer:
         self.url = f"http://127.0.0.1:{self.port}"
 
     def __enter__(self) -> "LiveServer":
-        self.thread.start()
+        self.start()
         self.wait_ready()
         return self
 
-    def wait_ready(self, timeout: float = 180) -> None:
+    def start(self) -> None:
+        self.thread.start()
+
+    def wait_ready(self, timeout: float = 600) -> None:
         deadline = time.time() + timeout
         while time.time() < deadline:
             try:
@@ -83,3 +87,25 @@ class LiveServer:
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=30)
+
+
+def observe_boot(live: LiveServer, timeout: float = 900) -> dict:
+    """Poll a starting server until ready; record what /healthz, /readyz and /v1/ask answered meanwhile."""
+    seen: dict = {"healthz": set(), "readyz": set(), "ask_while_starting": set()}
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            seen["healthz"].add(httpx.get(live.url + "/healthz", timeout=5).status_code)
+            ready = httpx.get(live.url + "/readyz", timeout=5)
+            seen["readyz"].add(ready.status_code)
+            if ready.status_code == 200:
+                seen["ready"] = ready.json()
+                return seen
+            if ready.json().get("status") == "failed":
+                raise RuntimeError(f"boot failed: {ready.json()}")
+            ask = httpx.post(live.url + "/v1/ask", json={"tenant": "default", "question": "hi"}, timeout=5)
+            seen["ask_while_starting"].add(ask.status_code)
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError("server did not become ready")

@@ -5,7 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support import SCIFACT, LiveServer, beir_slice, free_port, make_settings
+from support import DATA, SCIFACT, LiveServer, beir_slice, free_port, make_settings
 
 
 def cli(*args: str, data_dir: Path, models_dir: Path, port: int, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -87,3 +87,13 @@ def test_bad_settings_stop_the_cli_with_a_clear_message(tmp_path, models_dir):
     done = subprocess.run([sys.executable, "-m", "appliance", "search", "--tenant", "t", "q"], capture_output=True,
                           text=True, env=env, timeout=60)
     assert done.returncode != 0 and "APPLIANCE_SERVER_PORT: expected an integer" in done.stderr
+
+
+def test_eval_router_prints_the_shares_as_json(tmp_path, models_dir):
+    """On the training questions themselves (the held-out figures are in tests/test_router.py)."""
+    done = cli("eval", "router", "--questions", str(DATA / "router_questions" / "questions.jsonl"), "--json",
+               data_dir=tmp_path / "state", models_dir=models_dir, port=free_port())
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["simple_to_small"] >= 0.9 and report["complex_to_large"] >= 0.9
+    assert 0.75 <= report["small_share_80_20"] <= 1 and 0 < report["p99_decision_ms"] < 50

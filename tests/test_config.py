@@ -52,3 +52,29 @@ def test_bool_and_number_coercion_rejects_nonsense():
         load_settings(env={"APPLIANCE_DEMO_CORPUS": "maybe"})
     with pytest.raises(ConfigError, match="expected a number"):
         load_settings(env={"APPLIANCE_ENCODER_BATCH_WINDOW_MS": "soon"})
+
+
+def test_engine_sections_keep_their_own_defaults_under_overrides(tmp_path: Path):
+    path = tmp_path / "engines.toml"
+    path.write_text('[large]\nmodel = "/srv/models/qwen-7b-awq"\nquantization = "awq"\n')
+    s = load_settings(path, env={"APPLIANCE_SMALL_KV_CACHE_GIB": "1.5"})
+    assert s.small.cpu_cores == "0" and s.large.cpu_cores == "1"  # each engine on its own core by default
+    assert s.small.max_model_len < s.large.max_model_len
+    assert s.small.kv_cache_gib == 1.5 and s.small.model == "smollm2"
+    assert s.large.model == "/srv/models/qwen-7b-awq" and s.large.quantization == "awq"
+    assert s.large.max_num_seqs == 16  # a field not named keeps the large engine's default, not the class default
+
+
+def test_gpu_shares_and_engine_limits_are_checked():
+    with pytest.raises(ConfigError) as err:
+        load_settings(env={"APPLIANCE_GENERATE_DEVICE": "gpu", "APPLIANCE_SMALL_GPU_MEMORY_UTILIZATION": "0.5",
+                           "APPLIANCE_LARGE_GPU_MEMORY_UTILIZATION": "0.5", "APPLIANCE_LARGE_CPU_CORES": "one",
+                           "APPLIANCE_SMALL_MAX_TOKENS": "4096", "APPLIANCE_ROUTER_MAX_WORDS_SMALL": "0"})
+    message = str(err.value)
+    assert "the two shares sum to 1.00; must be below 0.95" in message
+    assert "large.cpu_cores: 'one' is not a core list" in message
+    assert "small.max_tokens: must be below small.max_model_len" in message
+    assert "router.max_words_small: must be greater than 0" in message
+    ok = load_settings(env={"APPLIANCE_GENERATE_DEVICE": "gpu", "APPLIANCE_SMALL_GPU_MEMORY_UTILIZATION": "0.3",
+                            "APPLIANCE_LARGE_GPU_MEMORY_UTILIZATION": "0.6"})
+    assert ok.small.gpu_memory_utilization + ok.large.gpu_memory_utilization < 0.95

@@ -13,7 +13,8 @@ def test_health_ready_and_openapi(served):
         assert ready.status_code == 200 and ready.json()["status"] == "ready"
         doc = c.get("/openapi.json").json()
         assert doc["openapi"].startswith("3.")
-        assert {"/v1/documents", "/v1/documents/{id}", "/v1/search", "/healthz", "/readyz"} <= set(doc["paths"])
+        assert {"/v1/documents", "/v1/documents/{id}", "/v1/search", "/healthz", "/readyz", "/v1/ask",
+                "/v1/chat/completions", "/v1/models"} <= set(doc["paths"])
         body = doc["paths"]["/v1/search"]["post"]["requestBody"]["content"]["application/json"]["schema"]
         assert body["required"] == ["tenant", "query"]
 
@@ -125,3 +126,15 @@ def test_not_finite_numbers_are_rejected(served):
         reply = c.post("/v1/documents", content=b'{"tenant":"sci","partition":"p","documents":[{"text":"x","time":NaN}]}')
         assert reply.status_code == 422 and error(reply)["field"] == "documents[0].time"
     assert math.isnan(float("nan"))
+
+
+def test_ask_without_engines_answers_retrieval_only(served):
+    """generate.enabled = false (this server): the answer is the passages, flagged degraded, with the reason."""
+    with served.client() as c:
+        body = c.post("/v1/ask", json={"tenant": "sci", "question": "What causes myelodysplastic syndrome?"}).json()
+        models = c.get("/v1/models").json()
+    assert body["degraded"] is True and body["route"]["engine"] is None
+    assert "generation is turned off" in body["route"]["reason"]
+    assert body["sources"] and body["answer"].startswith("No generated answer")
+    assert f"[1] {body['sources'][0]['title']}" in body["answer"]
+    assert [m["state"] for m in models["data"] if m["id"] != "auto"] == ["disabled", "disabled"]

@@ -1,5 +1,9 @@
-"""Model manifests (models/*.toml) and the offline, idempotent build that turns them into model folders."""
-from .build import BuildReport, build_models, model_path
-from .manifest import Manifest, load_manifests
+"""Model manifests (models/*.toml) and the offline, idempotent build that turns them into model folders; tiny test
+LLMs and AWQ quantization. torch, transformers and autoawq are imported only by the functions that need them."""
+from .build import BuildReport, build_folder, build_models, model_path
+from .manifest import Convert, Manifest, load_manifests
+from .quantize import default_calibration_texts, quantize_awq
+from .tiny import build_tiny_llm
 
-__all__ = ["BuildReport", "Manifest", "build_models", "load_manifests", "model_path"]
+__all__ = ["BuildReport", "Convert", "Manifest", "build_folder", "build_models", "build_tiny_llm",
+           "default_calibration_texts", "load_manifests", "model_path", "quantize_awq"]

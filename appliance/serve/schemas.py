@@ -47,6 +47,42 @@ def search_body(settings: Settings) -> Spec:
     })
 
 
+def ask_body(settings: Settings) -> Spec:
+    return Spec("object", fields={
+        "tenant": Spec("string", "Tenant whose documents answer the question.", required=True, pattern=NAME_PATTERN),
+        "question": Spec("string", "The question.", required=True, min=1, max=4000, blank=False),
+        "partitions": Spec("array", "Partition names to use; default: all of the tenant's.", min=1, max=1000,
+                           items=Spec("string", pattern=NAME_PATTERN)),
+        "model": Spec("string", "auto (the router decides), small or large.", default="auto",
+                      choices=("auto", "small", "large")),
+        "task": Spec("string", "cited (answer citing passages [n]) or concise (shortest answer).", default="cited",
+                     choices=("cited", "concise")),
+        "stream": Spec("boolean", "Server-Sent Events: sources, then token deltas, then done.", default=False),
+        "max_tokens": Spec("integer", "Answer length cap (the engine's own cap still applies).", min=1,
+                           max=max(settings.small.max_tokens, settings.large.max_tokens)),
+    })
+
+
+def chat_body(settings: Settings) -> Spec:
+    message = Spec("object", "A chat message; content is a string or a list of text parts.", extra=True, fields={
+        "role": Spec("string", required=True, choices=("system", "user", "assistant", "tool", "developer")),
+        "content": Spec("any", "The message text."),
+    })
+    return Spec("object", "OpenAI chat completion request; fields not listed are accepted and ignored.", extra=True,
+                fields={
+        "model": Spec("string", "auto, small or large.", required=True, choices=("auto", "small", "large")),
+        "messages": Spec("array", "The conversation; the last user message is answered with RAG.", required=True,
+                         min=1, max=256, items=message),
+        "stream": Spec("boolean", default=False),
+        "max_tokens": Spec("integer", min=1, max=max(settings.small.max_tokens, settings.large.max_tokens)),
+        "max_completion_tokens": Spec("integer", min=1,
+                                      max=max(settings.small.max_tokens, settings.large.max_tokens)),
+        "tenant": Spec("string", "Tenant (else the X-Tenant header, else \"default\").", pattern=NAME_PATTERN),
+        "partitions": Spec("array", "Partition names to use.", min=1, max=1000,
+                           items=Spec("string", pattern=NAME_PATTERN)),
+    })
+
+
 _ERROR = {"type": "object", "properties": {"error": {"type": "object", "properties": {
     "code": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"}},
     "required": ["code", "message"]}}}
@@ -67,7 +103,8 @@ def openapi(settings: Settings) -> dict[str, Any]:
     return {
         "openapi": "3.0.3",
         "info": {"title": "rag-appliance", "version": "0.1.0",
-                 "description": "Offline RAG answer server: ingest documents into partitions, search them."},
+                 "description": "Offline RAG answer server: ingest documents into partitions, search them, "
+                                "ask questions answered from them."},
         "paths": {
             "/v1/documents": {"post": {"summary": "Store and index documents", "requestBody": body(
                 ingest_body(settings)), "responses": {**answers("Stored and indexed", 400, 409, 413, 422, 503),
@@ -83,6 +120,15 @@ def openapi(settings: Settings) -> dict[str, Any]:
             "/v1/partitions": {"get": {"summary": "A tenant's partitions", "parameters": [
                 {"name": "tenant", "in": "query", "required": True, **name_param}],
                 "responses": answers("Partitions", 422, 503)}},
+            "/v1/ask": {"post": {"summary": "RAG answer with sources, route and timings (JSON, or SSE with "
+                                 "stream: true)", "requestBody": body(ask_body(settings)),
+                                 "responses": answers("The answer", 400, 413, 422, 503)}},
+            "/v1/chat/completions": {"post": {"summary": "OpenAI-compatible chat completion over the tenant's "
+                                              "documents", "requestBody": body(chat_body(settings)),
+                                              "responses": answers("A chat completion", 400, 413, 422, 503)}},
+            "/v1/models": {"get": {"summary": "The routes a client can name as model",
+                                   "responses": answers("Model list")}},
+            "/v1/engines": {"get": {"summary": "Engine states and statistics", "responses": answers("Engines")}},
             "/healthz": {"get": {"summary": "The process is up", "responses": answers("Alive")}},
             "/readyz": {"get": {"summary": "Warm-up is done and requests are served",
                                 "responses": answers("Ready", 503)}},
@@ -99,13 +145,15 @@ def to_schema(spec: Spec) -> dict[str, Any]:
     schema: dict[str, Any] = {}
     if spec.description:
         schema["description"] = spec.description
+    if spec.type == "any":
+        return schema
     if spec.type == "timestamp":
         schema["oneOf"] = [{"type": "number"}, {"type": "string", "format": "date-time"}]
         return schema
     schema["type"] = spec.type
     if spec.type == "object" and not spec.free_form:
         schema["properties"] = {name: to_schema(sub) for name, sub in spec.fields.items()}
-        schema["additionalProperties"] = False
+        schema["additionalProperties"] = spec.extra
         required = [name for name, sub in spec.fields.items() if sub.required]
         if required:
             schema["required"] = required
@@ -117,6 +165,8 @@ def to_schema(spec: Spec) -> dict[str, Any]:
         _bounds(schema, spec, "minLength", "maxLength")
         if spec.pattern:
             schema["pattern"] = spec.pattern
+        if spec.choices:
+            schema["enum"] = list(spec.choices)
     elif spec.type in ("integer", "number"):
         _bounds(schema, spec, "minimum", "maximum")
     if spec.default is not None:

@@ -110,7 +110,7 @@ async def open_appliance(spec: DatasetSpec, data: BeirData, tag: str, log=print)
         meta = {}
     cached = bool(meta)
     app = Appliance(settings)
-    await app.start(warm_up=False)
+    await app.start(warm_up=False, generation=False)
     if not cached:
         meta = {"fingerprint": wanted, **await _ingest(app, data, log)}
         meta_path.write_text(json.dumps(meta, indent=1))

@@ -102,7 +102,7 @@ async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[
     The encoder, tokenizer and searcher are an (empty) appliance's own, so the path is exactly the product's.
     `search_only` ({"clients", "max_requests"}): also time the searcher alone; the query vectors are returned."""
     app = Appliance(make_settings(partition_dir.parent / "app", "minilm"))
-    await app.start(warm_up=False)
+    await app.start(warm_up=False, generation=False)
     try:
         version = current_version(partition_dir)
         gc.collect()

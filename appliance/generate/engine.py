@@ -1,0 +1,159 @@
+"""One vLLM AsyncLLM engine (V1) in the server process: start, stream, abort, and restart after it dies.
+
+vLLM's environment variables are process-wide but read when an engine spawns its processes, so the pool starts
+engines one at a time and sets each one's variables (CPU core binding above all) just before creating it.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from ..config import EngineSettings
+from .stats import EngineStats, stat_logger_factory
+
+log = logging.getLogger("appliance.generate")
+GIB = 1 << 30
+
+
+class EngineDown(RuntimeError):
+    """The engine is not serving (starting, restarting, or it died under this request)."""
+
+
+@dataclass(slots=True)
+class Delta:
+    text: str
+    completion_tokens: int  # generated so far
+    prompt_tokens: int
+    cached_tokens: int  # prompt tokens served from the prefix cache
+    finish_reason: str | None
+
+
+class Engine:
+    def __init__(self, role: str, spec: EngineSettings, model: Path, device: str, state_dir: Path):
+        self.role, self.spec, self.model, self.device = role, spec, model, device
+        self.state_dir = state_dir
+        self.state = "stopped"  # stopped, starting, up, down
+        self.stats = EngineStats()
+        self.in_flight = 0
+        self.started_s: float | None = None
+        self.restarts = 0
+        self.pids: list[int] = []  # engine-core and worker processes, killed if a shutdown leaves them
+        self._llm = None
+        self._tokenizer = None
+
+    @property
+    def up(self) -> bool:
+        return self.state == "up" and self._llm is not None and not self._llm.errored
+
+    @property
+    def tokenizer(self):
+        return self._tokenizer
+
+    @property
+    def waiting(self) -> int:
+        """Requests not yet running: vLLM's own queue plus ours between accept and the engine's first step."""
+        return max(self.stats.waiting, self.in_flight - self.stats.running)
+
+    async def start(self) -> None:
+        self.state = "starting"
+        started = time.perf_counter()
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
+        try:
+            self._llm = await asyncio.to_thread(self._create)
+        except BaseException:
+            self.state = "down"
+            raise
+        # vLLM names its processes VLLM::EngineCore / VLLM::Worker; a shared helper (multiprocessing's resource
+        # tracker) may appear with the first engine and must not be killed with this one
+        self.pids = [p.pid for p in psutil.Process().children(recursive=True)
+                     if p.pid not in before and p.name().startswith("VLLM")]
+        self._tokenizer = self._llm.get_tokenizer()
+        self.started_s = time.perf_counter() - started
+        self.state = "up"
+        log.info("engine %s up in %.1f s: %s (%s)", self.role, self.started_s, self.model, self.device)
+
+    def _create(self):
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        s = self.spec
+        kwargs = dict(
+            model=str(self.model), tokenizer=str(self.model), dtype=s.dtype, max_model_len=s.max_model_len,
+            max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
+            enable_prefix_caching=s.prefix_caching, enforce_eager=s.enforce_eager, disable_log_stats=False,
+            quantization=s.quantization or None, seed=0,
+        )
+        if self.device == "gpu":
+            kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
+        else:
+            kwargs["kv_cache_memory_bytes"] = int(s.kv_cache_gib * GIB)
+            os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the legacy variable would override the setting
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = s.cpu_cores
+        if s.speculative_ngram_tokens:
+            kwargs["speculative_config"] = {"method": "ngram", "num_speculative_tokens": s.speculative_ngram_tokens,
+                                            "prompt_lookup_min": 2, "prompt_lookup_max": 4}
+        factory = stat_logger_factory(self.stats)
+        try:
+            return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[factory])
+        except Exception as exc:
+            if "speculative_config" not in kwargs:
+                raise
+            log.warning("engine %s: n-gram speculative decoding not supported here (%s); starting without it",
+                        self.role, exc)
+            kwargs.pop("speculative_config")
+            return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[factory])
+
+    async def stream(self, prompt: str, max_tokens: int, temperature: float = 0.0,
+                     request_id: str | None = None) -> AsyncIterator[Delta]:
+        """Token deltas for `prompt`. Closing the iterator early (a client went away) aborts the request."""
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+        from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
+
+        if not self.up:
+            raise EngineDown(f"{self.role} engine is {self.state}")
+        params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=0 if temperature else None,
+                                output_kind=RequestOutputKind.DELTA)
+        request_id = request_id or uuid.uuid4().hex
+        self.in_flight += 1
+        produced = 0
+        try:
+            async for out in self._llm.generate(prompt, params, request_id=request_id):
+                piece = out.outputs[0]
+                produced += len(piece.token_ids)
+                yield Delta(piece.text, produced, len(out.prompt_token_ids or ()), out.num_cached_tokens or 0,
+                            piece.finish_reason)
+        except (EngineDeadError, EngineGenerateError) as exc:
+            if self._llm is not None and self._llm.errored:
+                self.state = "down"
+                raise EngineDown(f"{self.role} engine died: {type(exc).__name__}") from exc
+            raise
+        finally:
+            self.in_flight -= 1
+
+    async def stop(self) -> None:
+        llm, self._llm = self._llm, None
+        self.state = "stopped"
+        if llm is not None:
+            await asyncio.to_thread(llm.shutdown)
+        for pid in self.pids:  # a dead engine's shutdown can leave its worker behind
+            try:
+                proc = psutil.Process(pid)
+                proc.kill()
+                proc.wait(5)
+            except (psutil.NoSuchProcess, psutil.TimeoutExpired):
+                pass
+        self.pids = []
+
+    def describe(self) -> dict:
+        return {"role": self.role, "state": self.state, "model": str(self.model), "device": self.device,
+                "max_model_len": self.spec.max_model_len, "in_flight": self.in_flight, "restarts": self.restarts,
+                "start_s": round(self.started_s, 1) if self.started_s else None, **self.stats.snapshot()}

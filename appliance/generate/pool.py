@@ -1,0 +1,164 @@
+"""The two co-located engines (small, large): start in order, warm up, pick by load, restart the dead.
+
+Starting two engines at once is a known vLLM failure, so they start one after the other, and so do restarts.
+A supervisor notices an engine whose core process died (vLLM flags it `errored`) and brings it back while the
+router sends its traffic to the other engine or degrades to retrieval-only answers.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import EngineSettings, GenerateSettings
+from .engine import Engine
+
+log = logging.getLogger("appliance.generate")
+ROLES = ("small", "large")
+MAX_BACKOFF_S = 60.0
+
+
+class EngineConfigError(ValueError):
+    """The engines cannot start with these settings (model folder missing, GPU shares too large)."""
+
+
+@dataclass(slots=True, frozen=True)
+class Pick:
+    engine: Engine | None  # None: no engine can take it now; answer retrieval-only
+    reason: str
+
+
+def resolve_model(name: str, models_dir: Path) -> Path:
+    """A built model's name (models/build/<name>) or a checkpoint folder (GPU boxes bring their own)."""
+    candidates = [Path(models_dir) / "build" / name, Path(name)]
+    for folder in candidates:
+        if (folder / "config.json").is_file():
+            return folder.resolve()
+    raise EngineConfigError(f"model {name!r}: no checkpoint (config.json) in {' or '.join(map(str, candidates))}; "
+                            "run `appliance models build`")
+
+
+def detect_device(setting: str) -> str:
+    if setting != "auto":
+        return setting
+    from vllm.platforms import current_platform
+
+    return "cpu" if current_platform.is_cpu() else "gpu"
+
+
+class EnginePool:
+    def __init__(self, small: EngineSettings, large: EngineSettings, generate: GenerateSettings, models_dir: Path,
+                 state_dir: Path):
+        self.generate = generate
+        self.device = detect_device(generate.device)
+        if self.device == "gpu" and small.gpu_memory_utilization + large.gpu_memory_utilization >= 0.95:
+            raise EngineConfigError("small.gpu_memory_utilization + large.gpu_memory_utilization must be below 0.95")
+        self.state_dir = Path(state_dir)
+        self.engines = {role: Engine(role, spec, resolve_model(spec.model, models_dir), self.device, self.state_dir)
+                        for role, spec in zip(ROLES, (small, large))}
+        self._start_lock = asyncio.Lock()
+        self._restarting: dict[str, asyncio.Task] = {}
+        self._supervisor: asyncio.Task | None = None
+        self._prompts_for: Callable[[object], list[str]] | None = None
+
+    async def start(self) -> None:
+        self._point_caches_at_state_dir()
+        for engine in self.engines.values():
+            async with self._start_lock:
+                await engine.start()
+        self._supervisor = asyncio.create_task(self._supervise())
+
+    def _point_caches_at_state_dir(self) -> None:
+        # vLLM and torch write caches and ZMQ socket files; keep them inside the appliance's own folder.
+        for var, sub in (("VLLM_CACHE_ROOT", "vllm-cache"), ("TORCHINDUCTOR_CACHE_DIR", "inductor-cache"),
+                         ("TMPDIR", "tmp")):
+            folder = self.state_dir / sub
+            folder.mkdir(parents=True, exist_ok=True)
+            os.environ[var] = str(folder)
+
+    async def warm_up(self, prompts_for: Callable[[object], list[str]]) -> float:
+        """Prefill every prompt (rendered with each engine's own tokenizer and chat template) once on each engine,
+        so that the first request already hits the prefix cache."""
+        started = time.perf_counter()
+        self._prompts_for = prompts_for  # a restarted engine comes back with an empty cache: warm it again
+        for engine in self.engines.values():
+            await self._prefill(engine)
+        return (time.perf_counter() - started) * 1000
+
+    async def _prefill(self, engine: Engine) -> None:
+        if self._prompts_for is not None:
+            for prompt in self._prompts_for(engine.tokenizer):
+                async for _ in engine.stream(prompt, max_tokens=1):
+                    pass
+
+    def pick(self, preferred: str, forced: bool = False) -> Pick:
+        """The preferred engine unless it is down or its queue is deep; then the other one, else none."""
+        first = self.engines[preferred]
+        other = self.engines["large" if preferred == "small" else "small"]
+        problem = self._problem(first)
+        if problem is None:
+            return Pick(first, "")
+        if not forced and self._problem(other) is None:
+            return Pick(other, f"{preferred} {problem}: sent to {other.role}")
+        return Pick(None, f"{preferred} {problem}" + ("" if forced else f", {other.role} {self._problem(other)}"))
+
+    @staticmethod
+    def _problem(engine: Engine) -> str | None:
+        if not engine.up:
+            return f"engine is {'restarting' if engine.state in ('down', 'starting') else engine.state}"
+        if engine.waiting >= engine.spec.max_waiting:
+            return f"queue is full ({engine.waiting} waiting)"
+        return None
+
+    def report_dead(self, engine: Engine) -> None:
+        if engine.role in self._restarting or engine.state == "starting":
+            return  # already being brought back
+        engine.state = "down"
+        if engine.role not in self._restarting:
+            self._restarting[engine.role] = asyncio.create_task(self._restart(engine))
+
+    async def _supervise(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            for engine in self.engines.values():
+                if engine.state == "up" and not engine.up:
+                    log.error("engine %s died; restarting", engine.role)
+                    self.report_dead(engine)
+
+    async def _restart(self, engine: Engine) -> None:
+        delay = self.generate.restart_delay_s
+        try:
+            while True:
+                with contextlib.suppress(Exception):
+                    await engine.stop()
+                engine.state = "down"
+                await asyncio.sleep(delay)
+                try:
+                    async with self._start_lock:
+                        await engine.start()
+                    engine.restarts += 1
+                    await self._prefill(engine)
+                    return
+                except Exception:
+                    log.exception("engine %s failed to restart; next try in %.0f s", engine.role, delay * 2)
+                    delay = min(delay * 2, MAX_BACKOFF_S)
+        finally:
+            self._restarting.pop(engine.role, None)
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._supervisor, *self._restarting.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for engine in self.engines.values():
+            await engine.stop()
+
+    def describe(self) -> dict:
+        return {role: engine.describe() for role, engine in self.engines.items()}

@@ -1,0 +1,192 @@
+"""Answers over HTTP with real vLLM engines: small = tiny random model, large = SmolLM2 (see `llm_served`)."""
+import json
+import os
+import signal
+import time
+
+import httpx
+from openai import OpenAI
+
+GSM8K_LIKE = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+              "How many clips did Natalia sell altogether in April and May?")
+
+
+def sse_events(response: httpx.Response) -> list[tuple[str, dict]]:
+    events, name = [], None
+    for line in response.iter_lines():
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            events.append((name, json.loads(line[6:])))
+    return events
+
+
+def engines(live) -> dict:
+    return httpx.get(live.url + "/v1/engines").json()["engines"]
+
+
+def wait_engine_up(live, role: str, timeout: float = 300) -> dict:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        info = engines(live)[role]
+        if info["state"] == "up":
+            return info
+        time.sleep(0.5)
+    raise TimeoutError(f"{role} engine did not come back")
+
+
+def test_ready_only_after_warm_up(llm_served):
+    live, boot = llm_served
+    assert boot["healthz"] == {200}, "the process answers health checks while it starts"
+    assert 503 in boot["readyz"] and boot["ask_while_starting"] <= {503}
+    assert boot["ready"]["warm_up_ms"]["prefixes"] > 0 and boot["ready"]["warm_up_ms"]["partitions"] >= 0
+    with live.client() as c:  # the warm-up prefilled the system prefix: the first answer reuses its KV blocks
+        body = c.post("/v1/ask", json={"tenant": "default", "question": "Where do vectors live?", "model": "small",
+                                       "max_tokens": 4}).json()
+    assert body["usage"]["cached_prompt_tokens"] > 0, body["usage"]
+
+
+def test_ask_json_has_answer_sources_route_and_timings(llm_served):
+    live, _ = llm_served
+    with live.client() as c:
+        reply = c.post("/v1/ask", json={"tenant": "default", "question": "How is ingest made durable?",
+                                        "model": "small", "max_tokens": 12})
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert isinstance(body["answer"], str) and body["degraded"] is False
+    assert body["sources"] and body["sources"][0]["n"] == 1 and body["sources"][0]["document_id"] == "durability"
+    assert body["route"]["engine"] == "small" and body["route"]["reason"] == "requested by the client"
+    assert 0 < body["usage"]["completion_tokens"] <= 12
+    assert {"encode", "bm25", "ann", "route", "prompt", "ttft", "generation", "total"} <= set(body["timings_ms"])
+
+
+def test_stream_sends_sources_then_tokens_then_done(llm_served):
+    live, _ = llm_served
+    with live.client() as c, c.stream("POST", "/v1/ask", json={
+            "tenant": "default", "question": "What does late interaction do?", "model": "small", "stream": True,
+            "max_tokens": 16}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        events = sse_events(response)
+    names = [name for name, _ in events]
+    assert names[0] == "sources" and names[-1] == "done" and set(names[1:-1]) == {"token"}, names
+    sources, done = events[0][1], events[-1][1]
+    assert sources["sources"] and sources["route"]["engine"] == "small"
+    assert "".join(data["text"] for name, data in events if name == "token") == done["answer"]
+    assert 0 < done["usage"]["completion_tokens"] <= 16
+    assert done["timings_ms"]["ttft"] <= done["timings_ms"]["total"]
+
+
+def test_router_sends_simple_small_and_complex_large(llm_served):
+    live, _ = llm_served
+    with live.client() as c:
+        simple = c.post("/v1/ask", json={"tenant": "default", "question": "who wrote the novel dracula",
+                                         "max_tokens": 2}).json()
+        hard = c.post("/v1/ask", json={"tenant": "default", "question": GSM8K_LIKE, "max_tokens": 2}).json()
+        forced = c.post("/v1/ask", json={"tenant": "default", "question": GSM8K_LIKE, "model": "small",
+                                         "max_tokens": 2}).json()
+    assert simple["route"]["engine"] == "small" and simple["route"]["requested"] == "auto", simple["route"]
+    assert hard["route"]["engine"] == "large", hard["route"]
+    assert simple["route"]["reason"] and hard["route"]["reason"]
+    assert hard["route"]["p_large"] > simple["route"]["p_large"]
+    assert forced["route"]["engine"] == "small" and forced["route"]["reason"] == "requested by the client"
+
+
+def test_openai_client_plain_and_streamed(llm_served):
+    live, _ = llm_served
+    client = OpenAI(base_url=live.url + "/v1", api_key="unused-until-auth", max_retries=0)
+    reply = client.chat.completions.create(model="small", max_tokens=8, messages=[
+        {"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is BM25?"}])
+    assert reply.object == "chat.completion" and reply.choices[0].message.role == "assistant"
+    assert isinstance(reply.choices[0].message.content, str)
+    assert reply.choices[0].finish_reason in {"stop", "length"} and 0 < reply.usage.completion_tokens <= 8
+    chunks = list(client.chat.completions.create(model="small", max_tokens=8, stream=True,
+                                                 messages=[{"role": "user", "content": "What is BM25?"}]))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert chunks[-1].choices[0].finish_reason in {"stop", "length"}
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks)
+    assert text == reply.choices[0].message.content, "temperature 0: the same answer streamed and not"
+    listed = {m.id for m in client.models.list()}
+    assert listed == {"auto", "small", "large"}
+
+
+def test_bad_answer_requests_get_4xx_naming_the_field(llm_served):
+    live, _ = llm_served
+    with live.client() as c:
+        cases = [
+            (c.post("/v1/ask", json={"tenant": "default", "question": "x", "model": "huge"}), 422, "model"),
+            (c.post("/v1/ask", json={"tenant": "default", "question": "   "}), 422, "question"),
+            (c.post("/v1/ask", json={"tenant": "default", "question": "x", "max_tokens": 0}), 422, "max_tokens"),
+            (c.post("/v1/chat/completions", json={"model": "auto", "messages": [{"role": "system",
+                                                                                 "content": "x"}]}), 422, "messages"),
+            (c.post("/v1/chat/completions", json={"model": "auto", "messages": [{"role": "user", "content": "x"}]},
+                    headers={"X-Tenant": "../etc"}), 422, "X-Tenant"),
+            (c.post("/v1/chat/completions", content=b'{"model": "auto",'), 400, None),
+        ]
+    for reply, status, field in cases:
+        assert reply.status_code == status, reply.text
+        assert reply.json()["error"]["message"]
+        if field:
+            assert reply.json()["error"]["field"] == field
+
+
+def test_default_model_answers_paris(llm_served):
+    """The default SmolLM2 (converted from its PyPI GGUF at build time) on a tenant without documents."""
+    live, _ = llm_served
+    with live.client() as c:
+        body = c.post("/v1/ask", json={"tenant": "nobody", "question": "What is the capital of France?",
+                                       "model": "large", "max_tokens": 32}).json()
+    assert body["route"]["engine"] == "large" and body["sources"] == []
+    assert "Paris" in body["answer"], body["answer"]
+
+
+def test_client_disconnect_aborts_generation(llm_served):
+    live, _ = llm_served
+    before = engines(live)["large"]["generation_tokens"]
+    with httpx.Client(base_url=live.url, timeout=60) as c, c.stream("POST", "/v1/ask", json={
+            "tenant": "default", "question": "Write a long essay about durable storage.", "model": "large",
+            "stream": True, "max_tokens": 400}) as response:
+        tokens = 0
+        for line in response.iter_lines():
+            tokens += line.startswith("event: token")
+            if tokens >= 3:
+                break  # leaving the block closes the connection mid-answer
+    deadline = time.time() + 10
+    while engines(live)["large"]["in_flight"] and time.time() < deadline:
+        time.sleep(0.1)
+    assert engines(live)["large"]["in_flight"] == 0
+    time.sleep(2)
+    settled = engines(live)["large"]["generation_tokens"]
+    time.sleep(2)
+    assert engines(live)["large"]["generation_tokens"] == settled, "the engine kept generating"
+    assert settled - before < 200, "generation ran on after the client left"
+
+
+def test_engine_killed_mid_stream_is_restarted(llm_served):
+    live, _ = llm_served
+    appliance = live.app.state.appliance
+    victim = appliance.pool.engines["large"]
+    with live.client() as c, c.stream("POST", "/v1/ask", json={
+            "tenant": "default", "question": "Write a long essay about durable storage.", "model": "large",
+            "stream": True, "max_tokens": 400}) as response:
+        events = []
+        for line in response.iter_lines():
+            if line.startswith("event: token") and "token" not in events:
+                for pid in victim.pids:  # a crash: the engine-core and worker processes vanish
+                    os.kill(pid, signal.SIGKILL)
+            if line.startswith("event: "):
+                events.append(line[7:])
+    assert events[0] == "sources" and "token" in events and events[-1] == "error", events[-3:]
+    with live.client() as c:
+        rerouted = c.post("/v1/ask", json={"tenant": "default", "question": GSM8K_LIKE, "max_tokens": 2}).json()
+        forced = c.post("/v1/ask", json={"tenant": "default", "question": "What is WAL mode?", "model": "large",
+                                         "max_tokens": 2}).json()
+    assert rerouted["route"]["engine"] == "small" and "large" in rerouted["route"]["reason"], rerouted["route"]
+    assert forced["degraded"] is True and forced["route"]["engine"] is None
+    assert "No generated answer" in forced["answer"] and forced["sources"]
+    info = wait_engine_up(live, "large")
+    assert info["restarts"] >= 1
+    with live.client() as c:
+        again = c.post("/v1/ask", json={"tenant": "default", "question": "What is WAL mode?", "model": "large",
+                                        "max_tokens": 2}).json()
+    assert again["route"]["engine"] == "large" and again["degraded"] is False

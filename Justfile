@@ -34,6 +34,11 @@ bench-retrieval: setup
     {{py}} -m pip install --quiet -e ".[{{extras}},bench]"
     {{py}} bench/retrieval.py
 
+# Generation benchmark: vLLM vs naive transformers serving, continuous batching, prefix caching, AWQ, router;
+# writes bench/results/generation.md.
+bench-generation: setup
+    {{py}} bench/generation.py
+
 # Measure retrieval quality on a BEIR folder, e.g. `just eval ../shared/data/beir_scifact`.
 eval data: setup
     {{py}} -m appliance eval retrieval --data {{data}}

@@ -251,6 +251,20 @@ def test_awq_checkpoint_generates_through_vllm(tiny_awq, monkeypatch):
     assert len(out.token_ids) == 12 and out.finish_reason == "length"
 
 
+def test_engine_pool_refuses_awq_where_vllm_has_no_kernel(tiny_llm, tiny_awq, tmp_path):
+    """Where the kernel is missing the server must say why at boot, not die at the first token."""
+    from appliance.config import load_settings
+    from appliance.generate import EngineConfigError, EnginePool
+
+    s = load_settings(env={"APPLIANCE_SMALL_MODEL": str(tiny_awq), "APPLIANCE_LARGE_MODEL": str(tiny_llm)})
+    if quantize.vllm_can_run_awq():
+        pool = EnginePool(s.small, s.large, s.generate, tmp_path, tmp_path)  # accepted; not started here
+        assert pool.engines["small"].model == tiny_awq.resolve()
+    else:
+        with pytest.raises(EngineConfigError, match="no AWQ kernel"):
+            EnginePool(s.small, s.large, s.generate, tmp_path, tmp_path)
+
+
 def test_awq_refuses_group_sizes_that_do_not_divide_the_model(tiny_llm, tmp_path):
     with pytest.raises(ValueError, match="does not divide hidden_size 128"):
         quantize.quantize_awq(tiny_llm, tmp_path / "q", ["text"], group_size=48)

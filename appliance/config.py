@@ -82,7 +82,7 @@ class EngineSettings:
     """One vLLM engine. `model` is a built model's name (models/build/<name>) or a checkpoint folder's path."""
     model: str = "smollm2"
     quantization: str = ""  # "" lets vLLM read it from the checkpoint; "awq" forces the AWQ kernels
-    dtype: str = "bfloat16"
+    dtype: str = "auto"  # auto: bf16 where the CPU (or GPU) computes it natively, else float32
     max_model_len: int = 4096
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 4096

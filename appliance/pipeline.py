@@ -279,7 +279,6 @@ class Appliance:
         timings.add("total", _ms(started))
         return SearchResult(hits, [t.name for t in targets], timings.stages)
 
-
     # -- answers ---------------------------------------------------------------------------------------------
 
     def ask(self, request: AskRequest):

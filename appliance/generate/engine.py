@@ -23,6 +23,20 @@ log = logging.getLogger("appliance.generate")
 GIB = 1 << 30
 
 
+def cpu_has_native_bf16() -> bool:
+    flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_dtype(setting: str, device: str) -> str:
+    """`auto`: the checkpoint's dtype on GPUs; on CPUs bf16 only where the CPU computes it natively. Elsewhere it
+    is emulated (oneDNN falls back to plain torch linear layers): SmolLM2 ran 5.5 tok/s in bf16 against 11.0 in
+    float32 on this project's AVX2 boxes (bench/results/generation.md)."""
+    if setting != "auto" or device == "gpu":
+        return setting
+    return "bfloat16" if cpu_has_native_bf16() else "float32"
+
+
 class EngineDown(RuntimeError):
     """The engine is not serving (starting, restarting, or it died under this request)."""
 
@@ -86,7 +100,8 @@ class Engine:
 
         s = self.spec
         kwargs = dict(
-            model=str(self.model), tokenizer=str(self.model), dtype=s.dtype, max_model_len=s.max_model_len,
+            model=str(self.model), tokenizer=str(self.model), dtype=resolve_dtype(s.dtype, self.device),
+            max_model_len=s.max_model_len,
             max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
             enable_prefix_caching=s.prefix_caching, enforce_eager=s.enforce_eager, disable_log_stats=False,
             quantization=s.quantization or None, seed=0,
@@ -155,5 +170,6 @@ class Engine:
 
     def describe(self) -> dict:
         return {"role": self.role, "state": self.state, "model": str(self.model), "device": self.device,
+                "dtype": resolve_dtype(self.spec.dtype, self.device),
                 "max_model_len": self.spec.max_model_len, "in_flight": self.in_flight, "restarts": self.restarts,
                 "start_s": round(self.started_s, 1) if self.started_s else None, **self.stats.snapshot()}

@@ -1,15 +1,8 @@
 """Machine facts and the Markdown report, all from the measured numbers only (verdicts: targets.py)."""
 from __future__ import annotations
 
-import datetime
-import os
-import platform
-import shlex
-import subprocess
-import sys
-from importlib import metadata
+import machine  # bench/machine.py: bench/ is on sys.path
 
-from .data import REPO
 from .measure import PAGE_K, QUALITY_K, SPEED_K
 from .targets import GROUPS
 
@@ -18,30 +11,7 @@ PACKAGES = ["rag-appliance", "onnxruntime", "usearch", "bm25s", "numpy", "faiss-
 
 
 def machine_info(args) -> dict:
-    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
-               platform.processor())
-    mem = next((int(line.split()[1]) * 1024 for line in open("/proc/meminfo") if line.startswith("MemTotal")), 0)
-    python = os.path.relpath(sys.executable, REPO) if sys.executable.startswith(str(REPO)) else sys.executable
-    versions = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
-    return {
-        "command": shlex.join([python, os.path.relpath(sys.argv[0], REPO), *sys.argv[1:]]),
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu_model": cpu, "cores": os.cpu_count(), "cores_usable": len(os.sched_getaffinity(0)),
-        "memory_gib": round(mem / 2**30, 1), "python": platform.python_version(), "packages": versions,
-        "commit": _git("rev-parse", "--short", "HEAD"), "uncommitted_changes": bool(_git("status", "--porcelain")),
-        "quick": args.quick, "clients": args.clients, "search_only_requests": args.search_only_requests,
-        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
-    }
-
-
-def _git(*cmd: str) -> str | None:
-    done = subprocess.run(["git", *cmd], cwd=REPO, capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else None
+    return {**machine.machine_info(PACKAGES), "quick": args.quick, "clients": args.clients, "search_only_requests": args.search_only_requests}
 
 
 def markdown(r: dict) -> str:

@@ -1,0 +1,41 @@
+"""Machine facts every benchmark records beside its figures: what ran, where, and how busy the box was."""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import shlex
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def machine_info(packages: list[str]) -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
+               platform.processor())
+    flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
+    mem = next((int(line.split()[1]) * 1024 for line in open("/proc/meminfo") if line.startswith("MemTotal")), 0)
+    python = os.path.relpath(sys.executable, REPO) if sys.executable.startswith(str(REPO)) else sys.executable
+    versions = {}
+    for name in packages:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "command": shlex.join([python, os.path.relpath(sys.argv[0], REPO), *sys.argv[1:]]),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu_model": cpu, "cpu_simd": [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags],
+        "cores": os.cpu_count(), "cores_usable": len(os.sched_getaffinity(0)),
+        "memory_gib": round(mem / 2**30, 1), "python": platform.python_version(), "packages": versions,
+        "commit": _git("rev-parse", "--short", "HEAD"), "uncommitted_changes": bool(_git("status", "--porcelain")),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _git(*cmd: str) -> str | None:
+    done = subprocess.run(["git", *cmd], cwd=REPO, capture_output=True, text=True)
+    return done.stdout.strip() if done.returncode == 0 else None

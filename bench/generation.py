@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import time
@@ -25,9 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the generation_kit package beside this file
 
-from generation_kit import report, targets  # noqa: E402
-from generation_kit.data import CACHE, REPO, loadavg, resolve_model  # noqa: E402
+import machine  # noqa: E402
 from appliance.generate.engine import cpu_has_native_bf16, resolve_dtype  # noqa: E402
+from generation_kit import report, targets  # noqa: E402
+from generation_kit.data import CACHE, REPO, resolve_model  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -112,13 +112,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     results = asyncio.run(amain(args, log))
-    results["meta"]["wall_s"] = round(time.perf_counter() - started, 1)
-    results["meta"]["load_average_at_end"] = loadavg()
-    results["targets"] = targets.targets(results)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
-    args.out.with_suffix(".md").write_text(report.markdown(results))
-    log(f"wrote {args.out.with_suffix('.md')} and .json")
+    machine.write_results(args.out, results, report.markdown, started, targets.targets, log)
     return 0
 
 

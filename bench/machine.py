@@ -39,3 +39,17 @@ def machine_info(packages: list[str]) -> dict:
 def _git(*cmd: str) -> str | None:
     done = subprocess.run(["git", *cmd], cwd=REPO, capture_output=True, text=True)
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+def write_results(out: Path, results: dict, markdown, started: float, judge, log) -> None:
+    """Close a run: wall time, load at the end, verdicts (`judge(results)`), then out.json and out.md."""
+    import json
+    import time
+
+    results["meta"]["wall_s"] = round(time.perf_counter() - started, 1)
+    results["meta"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+    results["targets"] = judge(results)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
+    out.with_suffix(".md").write_text(markdown(results))
+    log(f"wrote {out.with_suffix('.md')} and .json")

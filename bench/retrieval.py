@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -28,6 +26,7 @@ from appliance.evaluate import EVAL_PARTITION  # noqa: E402
 from appliance.models import model_path  # noqa: E402
 from appliance.retrieve import Target  # noqa: E402
 
+import machine  # noqa: E402
 from retrieval_kit import ours, peers, report, scale, scalepeers, targets  # noqa: E402
 from retrieval_kit.data import (  # noqa: E402
     CACHE, DATASETS, REPO, all_queries, eval_snapshot, load_dataset, make_settings, open_appliance, read_corpus,
@@ -188,13 +187,7 @@ async def main(argv: list[str] | None = None) -> int:
                 results["scale"]["peers"] = await asyncio.to_thread(
                     scalepeers.run, Path(results["scale"]["version_folder"]), vectors, args.clients,
                     args.search_only_requests, args.scale_slow_queries, args.txtai_scale_limit, log)
-    results["meta"]["wall_s"] = round(time.perf_counter() - started, 1)
-    results["meta"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    results["targets"] = targets.targets(results)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
-    args.out.with_suffix(".md").write_text(report.markdown(results))
-    log(f"wrote {args.out.with_suffix('.md')} and .json")
+    machine.write_results(args.out, results, report.markdown, started, targets.targets, log)
     return 0
 
 

@@ -1,7 +1,8 @@
 """Answer routes: native /v1/ask (JSON or Server-Sent Events) and OpenAI-compatible /v1/chat/completions.
 
 Both consume the same event sequence from the pipeline (sources, tokens, done or failed). A streaming client that
-goes away closes the event iterator, which aborts its generation in the engine at once.
+goes away leaves its response iterator to be closed; each layer closes the one below in `finally`, down to the
+engine's stream, which aborts the generation.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def answer_routes(settings: Settings, appliance: Appliance, read_json: Callable[
                          body["max_tokens"], body["task"])
         events = await _primed(appliance.ask(req))
         if body["stream"]:
-            return StreamingResponse(_closing(_native_sse(events)), media_type="text/event-stream",
+            return StreamingResponse(_native_sse(events), media_type="text/event-stream",
                                      headers=SSE_HEADERS)
         return JSONResponse(await _collect_native(events, req.request_id))
 
@@ -49,7 +50,7 @@ def answer_routes(settings: Settings, appliance: Appliance, read_json: Callable[
         events = await _primed(appliance.ask(req))
         chat_id, created = f"chatcmpl-{req.request_id}", int(time.time())
         if body["stream"]:
-            return StreamingResponse(_closing(_openai_sse(events, chat_id, created, body["model"])),
+            return StreamingResponse(_openai_sse(events, chat_id, created, body["model"]),
                                      media_type="text/event-stream", headers=SSE_HEADERS)
         return JSONResponse(await _collect_openai(events, chat_id, created, body["model"]))
 
@@ -113,15 +114,6 @@ async def _primed(events: AsyncIterator) -> AsyncIterator:
         finally:
             await events.aclose()
     return chained()
-
-
-async def _closing(events: AsyncIterator[str]) -> AsyncIterator[str]:
-    """Close the event source explicitly when the response stops early (client gone): that aborts generation."""
-    try:
-        async for chunk in events:
-            yield chunk
-    finally:
-        await events.aclose()
 
 
 def _sse(event: str, data: dict) -> str:

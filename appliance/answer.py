@@ -45,7 +45,7 @@ class Route:
 
 @dataclass(slots=True)
 class Sources:
-    hits: list[Hit]
+    sources: list[dict]  # see `source_dict`; plain data so that a cached answer replays the same way
     partitions: list[str]
     route: Route
 
@@ -63,6 +63,7 @@ class Done:
     finish_reason: str
     usage: dict
     timings: dict
+    cache: str = "none"  # the layer that answered: exact, semantic or none
 
 
 @dataclass(slots=True)
@@ -79,9 +80,10 @@ EncodeFn = Callable[[str], Awaitable[np.ndarray]]
 
 class Answerer:
     def __init__(self, pool: EnginePool | None, router: Router | None, generate: GenerateSettings,
-                 routing: RouterSettings, search: SearchFn, encode: EncodeFn):
+                 routing: RouterSettings, search: SearchFn, encode: EncodeFn, deadline_s: float = 3600.0):
         self.pool, self.router, self.generate, self.routing = pool, router, generate, routing
         self._search, self._encode = search, encode
+        self.deadline_s = deadline_s  # from the request's arrival to its last token
 
     async def ask(self, req: AskRequest) -> AsyncIterator[Event]:
         started = time.perf_counter()
@@ -95,7 +97,7 @@ class Answerer:
         t = time.perf_counter()
         route, engine = self._route(req, embedding, len(result.hits))
         timings["route"] = _ms(t)
-        yield Sources(result.hits, result.partitions, route)
+        yield Sources(source_dicts(result.hits), result.partitions, route)
         if engine is None:
             timings["total"] = _ms(started)
             yield Done(retrieval_only(result.hits, route.reason), route, True, "degraded", _usage(0, 0, 0), timings)
@@ -135,9 +137,17 @@ class Answerer:
         timings["prompt"] = _ms(t)
         t = time.perf_counter()
         parts: list[str] = []
-        last = None
+        last, finish = None, None
+        stream = engine.stream(prompt.text, max_tokens, self.generate.temperature, req.request_id)
         try:
-            async for delta in engine.stream(prompt.text, max_tokens, self.generate.temperature, req.request_id):
+            while True:
+                try:
+                    delta = await asyncio.wait_for(stream.__anext__(), started + self.deadline_s - time.perf_counter())
+                except StopAsyncIteration:
+                    break
+                except asyncio.TimeoutError:  # the engine's stream was cancelled, which aborts the request
+                    finish = "deadline"
+                    break
                 if last is None:
                     timings["ttft"] = _ms(started)
                 last = delta
@@ -162,14 +172,23 @@ class Answerer:
             async for event in self._generate(req, pick.engine, route, hits, timings, started):
                 yield event
             return
+        finally:
+            await stream.aclose()
         timings["generation"] = _ms(t)
         timings["total"] = _ms(started)
         usage = _usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens) if last else _usage(0, 0, 0)
         usage["passages_in_prompt"] = prompt.passages_used
-        yield Done("".join(parts), route, False, (last.finish_reason if last else None) or "stop", usage, timings)
+        finish = finish or (last.finish_reason if last else None) or "stop"
+        yield Done("".join(parts), route, False, finish, usage, timings)
 
     def _default_max_tokens(self, task: str) -> int:
         return self.generate.max_tokens_concise if task == "concise" else self.generate.max_tokens_cited
+
+
+def source_dicts(hits: list[Hit]) -> list[dict]:
+    return [{"n": n, "document_id": h.chunk.doc_key, "chunk_id": h.chunk.chunk_id, "partition": h.partition,
+             "title": h.chunk.title, "source": h.chunk.source, "text": h.chunk.text, "score": h.score}
+            for n, h in enumerate(hits, 1)]
 
 
 def retrieval_only(hits: list[Hit], reason: str) -> str:
@@ -192,4 +211,4 @@ def _ms(since: float) -> float:
 
 
 __all__ = ["AskRequest", "Answerer", "Done", "Event", "Failed", "MODEL_CHOICES", "PROMPT_VERSION", "Route",
-           "Sources", "Token", "retrieval_only"]
+           "Sources", "Token", "retrieval_only", "source_dicts"]

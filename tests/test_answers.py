@@ -22,7 +22,8 @@ def sse_events(response: httpx.Response) -> list[tuple[str, dict]]:
 
 
 def engines(live) -> dict:
-    return httpx.get(live.url + "/v1/engines").json()["engines"]
+    with live.client() as c:
+        return c.get("/v1/engines").json()["engines"]
 
 
 def wait_engine_up(live, role: str, timeout: float = 300) -> dict:
@@ -94,7 +95,7 @@ def test_router_sends_simple_small_and_complex_large(llm_served):
 
 def test_openai_client_plain_and_streamed(llm_served):
     live, _ = llm_served
-    client = OpenAI(base_url=live.url + "/v1", api_key="unused-until-auth", max_retries=0)
+    client = OpenAI(base_url=live.url + "/v1", api_key=live.api_key, max_retries=0)
     reply = client.chat.completions.create(model="small", max_tokens=8, messages=[
         {"role": "system", "content": "You are terse."}, {"role": "user", "content": "What is BM25?"}])
     assert reply.object == "chat.completion" and reply.choices[0].message.role == "assistant"
@@ -133,8 +134,8 @@ def test_bad_answer_requests_get_4xx_naming_the_field(llm_served):
 def test_default_model_answers_paris(llm_served):
     """The default SmolLM2 (converted from its PyPI GGUF at build time) on a tenant without documents."""
     live, _ = llm_served
-    with live.client() as c:
-        body = c.post("/v1/ask", json={"tenant": "nobody", "question": "What is the capital of France?",
+    with live.client(live.keys["other"]) as c:  # a tenant without documents
+        body = c.post("/v1/ask", json={"question": "What is the capital of France?",
                                        "model": "large", "max_tokens": 32}).json()
     assert body["route"]["engine"] == "large" and body["sources"] == []
     assert "Paris" in body["answer"], body["answer"]
@@ -143,7 +144,7 @@ def test_default_model_answers_paris(llm_served):
 def test_client_disconnect_aborts_generation(llm_served):
     live, _ = llm_served
     before = engines(live)["large"]["generation_tokens"]
-    with httpx.Client(base_url=live.url, timeout=60) as c, c.stream("POST", "/v1/ask", json={
+    with live.client() as c, c.stream("POST", "/v1/ask", json={
             "tenant": "default", "question": "Write a long essay about durable storage.", "model": "large",
             "stream": True, "max_tokens": 400}) as response:
         tokens = 0
@@ -178,7 +179,8 @@ def test_engine_killed_mid_stream_is_restarted(llm_served):
                 events.append(line[7:])
     assert events[0] == "sources" and "token" in events and events[-1] == "error", events[-3:]
     with live.client() as c:
-        rerouted = c.post("/v1/ask", json={"tenant": "default", "question": GSM8K_LIKE, "max_tokens": 2}).json()
+        # max_tokens 3: not the request the router test made (and cached)
+        rerouted = c.post("/v1/ask", json={"tenant": "default", "question": GSM8K_LIKE, "max_tokens": 3}).json()
         forced = c.post("/v1/ask", json={"tenant": "default", "question": "What is WAL mode?", "model": "large",
                                          "max_tokens": 2}).json()
     assert rerouted["route"]["engine"] == "small" and "large" in rerouted["route"]["reason"], rerouted["route"]

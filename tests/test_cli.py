@@ -97,3 +97,26 @@ def test_eval_router_prints_the_shares_as_json(tmp_path, models_dir):
     report = json.loads(done.stdout)
     assert report["simple_to_small"] >= 0.9 and report["complex_to_large"] >= 0.9
     assert 0.75 <= report["small_share_80_20"] <= 1 and 0 < report["p99_decision_ms"] < 50
+
+
+def test_keys_add_then_cache_list_and_delete_on_the_server(tmp_path, models_dir):
+    keys_file = tmp_path / "keys.toml"
+    made = cli("keys", "add", "--tenant", "acme", "--name", "wiki bot", "--file", str(keys_file),
+               data_dir=tmp_path, models_dir=models_dir, port=free_port())
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.strip()
+    assert key.startswith("rak_") and key not in keys_file.read_text() and 'tenant = "acme"' in keys_file.read_text()
+    refused = cli("keys", "add", "--tenant", "../x", "--file", str(keys_file), data_dir=tmp_path,
+                  models_dir=models_dir, port=free_port())
+    assert refused.returncode != 0 and "tenant" in refused.stderr
+    settings = make_settings(tmp_path / "state", models_dir, admission_keys_file=str(keys_file))
+    with LiveServer(settings) as live:
+        listed = cli("cache", "list", "--key", key, "--url", live.url, data_dir=tmp_path, models_dir=models_dir,
+                     port=live.port)
+        wrong = cli("cache", "list", "--key", "rak_wrong", "--url", live.url, data_dir=tmp_path,
+                    models_dir=models_dir, port=live.port)
+        missing = cli("cache", "delete", "7", "--key", key, "--url", live.url, data_dir=tmp_path,
+                      models_dir=models_dir, port=live.port)
+    assert listed.returncode == 0 and json.loads(listed.stdout) == {"tenant": "acme", "entries": []}, listed.stderr
+    assert wrong.returncode != 0 and "401" in wrong.stderr
+    assert missing.returncode != 0 and "404" in missing.stderr

@@ -266,3 +266,18 @@ def test_an_unreadable_index_is_rebuilt_from_the_store_at_boot(settings, damage)
 
     result, folder, rebuilt = run(go())
     assert ids(result)[0] == "code" and rebuilt != folder
+
+
+def test_a_partition_without_a_single_bm25_term_is_still_indexed(settings):
+    """Punctuation or stop words only: bm25s cannot index an empty vocabulary; the vectors still serve."""
+    async def go():
+        app = await started(settings)
+        result = await app.ingest("acme", "odd", [DocumentInput(id="bang", text="!!!"),
+                                                  DocumentInput(id="stop", text="the a of")])
+        found = await app.search("the", PartitionFilter("acme"), 2)
+        await app.stop()
+        return result, found
+
+    result, found = run(go())
+    assert result.index_error is None and result.indexed_version == result.version
+    assert sorted(ids(found)) == ["bang", "stop"]

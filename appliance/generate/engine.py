@@ -57,6 +57,10 @@ class Engine:
         self.state = "stopped"  # stopped, starting, up, down
         self.stats = EngineStats()
         self.in_flight = 0
+        # Seconds of time-to-first-token per request in flight, smoothed: TTFT grows about linearly with the
+        # requests sharing the engine, so this times the requests already in flight estimates how much longer a
+        # new request waits because of them (an idle engine: no wait).
+        self.ttft_per_request_s = 0.0
         self.started_s: float | None = None
         self.restarts = 0
         self.pids: list[int] = []  # engine-core and worker processes, killed if a shutdown leaves them
@@ -70,6 +74,10 @@ class Engine:
     @property
     def tokenizer(self):
         return self._tokenizer
+
+    @property
+    def estimated_wait_s(self) -> float:
+        return self.ttft_per_request_s * self.in_flight
 
     @property
     def waiting(self) -> int:
@@ -127,8 +135,9 @@ class Engine:
             return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[factory])
 
     async def stream(self, prompt: str, max_tokens: int, temperature: float = 0.0,
-                     request_id: str | None = None) -> AsyncIterator[Delta]:
-        """Token deltas for `prompt`. Closing the iterator early (a client went away) aborts the request."""
+                     request_id: str | None = None, learn: bool = True) -> AsyncIterator[Delta]:
+        """Token deltas for `prompt`. Closing the iterator early (a client went away) aborts the request.
+        `learn=False` keeps an atypical request (a warm-up prefill of a cold prefix) out of the wait estimate."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
         from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
@@ -138,10 +147,14 @@ class Engine:
         params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=0 if temperature else None,
                                 output_kind=RequestOutputKind.DELTA)
         request_id = request_id or uuid.uuid4().hex
+        sharing = self.in_flight + 1
         self.in_flight += 1
         produced = 0
+        started = time.perf_counter()
         try:
             async for out in self._llm.generate(prompt, params, request_id=request_id):
+                if not produced and learn:
+                    self._learn_wait((time.perf_counter() - started) / sharing)
                 piece = out.outputs[0]
                 produced += len(piece.token_ids)
                 yield Delta(piece.text, produced, len(out.prompt_token_ids or ()), out.num_cached_tokens or 0,
@@ -153,6 +166,10 @@ class Engine:
             raise
         finally:
             self.in_flight -= 1
+
+    def _learn_wait(self, sample: float) -> None:
+        previous = self.ttft_per_request_s
+        self.ttft_per_request_s = sample if previous == 0 else 0.8 * previous + 0.2 * sample
 
     async def stop(self) -> None:
         llm, self._llm = self._llm, None
@@ -172,4 +189,5 @@ class Engine:
         return {"role": self.role, "state": self.state, "model": str(self.model), "device": self.device,
                 "dtype": resolve_dtype(self.spec.dtype, self.device),
                 "max_model_len": self.spec.max_model_len, "in_flight": self.in_flight, "restarts": self.restarts,
+                "estimated_wait_s": round(self.estimated_wait_s, 3),
                 "start_s": round(self.started_s, 1) if self.started_s else None, **self.stats.snapshot()}

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -21,6 +22,7 @@ from .engine import Engine
 
 log = logging.getLogger("appliance.generate")
 ROLES = ("small", "large")
+SOCKET_DIR_MAX = 60
 MAX_BACKOFF_S = 60.0
 
 
@@ -64,16 +66,28 @@ def detect_device(setting: str) -> str:
     return "cpu" if current_platform.is_cpu() else "gpu"
 
 
+def _socket_dir(state_dir: Path) -> Path:
+    """Where vLLM puts its ZMQ socket files: inside the state folder unless its path is too long for a Unix
+    socket (108 bytes with the file name, ~45 of them), then a private folder in /tmp named after it."""
+    folder = state_dir / "tmp"
+    if len(str(folder.resolve())) > SOCKET_DIR_MAX:
+        digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:12]
+        folder = Path("/tmp") / f"appliance-{os.getuid()}-{digest}"
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
+
+
 class EnginePool:
     def __init__(self, small: EngineSettings, large: EngineSettings, generate: GenerateSettings, models_dir: Path,
-                 state_dir: Path):
+                 state_dir: Path, wait_budget_s: float = float("inf")):
         self.generate = generate
+        self.wait_budget_s = wait_budget_s  # an engine whose estimated wait is above this takes no new request
         self.device = detect_device(generate.device)
         if self.device == "gpu" and small.gpu_memory_utilization + large.gpu_memory_utilization >= 0.95:
             raise EngineConfigError("small.gpu_memory_utilization + large.gpu_memory_utilization must be below 0.95")
         self.state_dir = Path(state_dir)
         self.engines = {role: Engine(role, spec, resolve_model(spec.model, models_dir), self.device, self.state_dir)
-                        for role, spec in zip(ROLES, (small, large))}
+                        for role, spec in zip(ROLES, (small, large)) if spec.enabled}
         for engine in self.engines.values():
             _check_runnable(engine)
         self._start_lock = asyncio.Lock()
@@ -89,12 +103,17 @@ class EnginePool:
         self._supervisor = asyncio.create_task(self._supervise())
 
     def _point_caches_at_state_dir(self) -> None:
-        # vLLM and torch write caches and ZMQ socket files; keep them inside the appliance's own folder.
-        for var, sub in (("VLLM_CACHE_ROOT", "vllm-cache"), ("TORCHINDUCTOR_CACHE_DIR", "inductor-cache"),
-                         ("TMPDIR", "tmp")):
+        # vLLM and torch write caches and ZMQ socket files: keep them inside the appliance's own folder.
+        for var, sub in (("VLLM_CACHE_ROOT", "vllm-cache"), ("TORCHINDUCTOR_CACHE_DIR", "inductor-cache")):
             folder = self.state_dir / sub
             folder.mkdir(parents=True, exist_ok=True)
             os.environ[var] = str(folder)
+        os.environ["TMPDIR"] = str(_socket_dir(self.state_dir))
+        # No network, ever: without VLLM_HOST_IP each engine process finds "its" address by connecting a UDP
+        # socket to 8.8.8.8 (caught by the test suite's network guard); usage stats and hub look-ups stay off.
+        for var, value in (("VLLM_HOST_IP", "127.0.0.1"), ("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1"),
+                           ("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1")):
+            os.environ.setdefault(var, value)
 
     async def warm_up(self, prompts_for: Callable[[object], list[str]]) -> float:
         """Prefill every prompt (rendered with each engine's own tokenizer and chat template) once on each engine,
@@ -108,26 +127,31 @@ class EnginePool:
     async def _prefill(self, engine: Engine) -> None:
         if self._prompts_for is not None:
             for prompt in self._prompts_for(engine.tokenizer):
-                async for _ in engine.stream(prompt, max_tokens=1):
+                async for _ in engine.stream(prompt, max_tokens=1, learn=False):
                     pass
 
     def pick(self, preferred: str, forced: bool = False) -> Pick:
-        """The preferred engine unless it is down or its queue is deep; then the other one, else none."""
-        first = self.engines[preferred]
-        other = self.engines["large" if preferred == "small" else "small"]
+        """The preferred engine unless it is down, full or would keep the request waiting past the budget; then
+        the other one (unless the client forced this one); else none, and the answer degrades."""
+        other_role = "large" if preferred == "small" else "small"
+        first, other = self.engines.get(preferred), self.engines.get(other_role)
         problem = self._problem(first)
         if problem is None:
             return Pick(first, "")
-        if not forced and self._problem(other) is None:
-            return Pick(other, f"{preferred} {problem}: sent to {other.role}")
-        return Pick(None, f"{preferred} {problem}" + ("" if forced else f", {other.role} {self._problem(other)}"))
+        if not forced and other is not None and self._problem(other) is None:
+            return Pick(other, f"{preferred} {problem}: sent to {other_role}")
+        return Pick(None, f"{preferred} {problem}" + ("" if forced else f", {other_role} {self._problem(other)}"))
 
-    @staticmethod
-    def _problem(engine: Engine) -> str | None:
+    def _problem(self, engine: Engine | None) -> str | None:
+        if engine is None:
+            return "engine is turned off"
         if not engine.up:
             return f"engine is {'restarting' if engine.state in ('down', 'starting') else engine.state}"
-        if engine.waiting >= engine.spec.max_waiting:
-            return f"queue is full ({engine.waiting} waiting)"
+        if engine.in_flight >= engine.spec.max_num_seqs + engine.spec.max_waiting:
+            return f"queue is full ({engine.in_flight} in flight)"
+        wait = engine.estimated_wait_s
+        if wait > self.wait_budget_s:
+            return f"estimated wait {wait:.1f} s is over the {self.wait_budget_s:g} s budget"
         return None
 
     def report_dead(self, engine: Engine) -> None:
@@ -157,6 +181,7 @@ class EnginePool:
                     async with self._start_lock:
                         await engine.start()
                     engine.restarts += 1
+                    engine.ttft_per_request_s = 0.0  # a new process: what the old one learned does not hold
                     await self._prefill(engine)
                     return
                 except Exception:

@@ -6,6 +6,7 @@ vLLM's global Prometheus registry keeps only the last engine's series when two e
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,8 @@ class EngineStats:
     prompt_tokens: int = 0
     ttft_s: collections.deque = field(default_factory=lambda: collections.deque(maxlen=WINDOW))
     queue_s: collections.deque = field(default_factory=lambda: collections.deque(maxlen=WINDOW))
+    # Called with ("ttft" | "queue", seconds) for every sample, so a metrics exporter sees each one.
+    listener: Callable[[str, float], None] | None = None
 
     @property
     def prefix_cache_hit_rate(self) -> float:
@@ -73,6 +76,11 @@ def stat_logger_factory(stats: EngineStats):
                 for finished in iteration_stats.finished_requests:
                     s.requests_finished += 1
                     s.queue_s.append(finished.queued_time)
+                if s.listener is not None:
+                    for ttft in iteration_stats.time_to_first_tokens_iter:
+                        s.listener("ttft", ttft)
+                    for finished in iteration_stats.finished_requests:
+                        s.listener("queue", finished.queued_time)
 
         def log_engine_initialized(self):
             pass

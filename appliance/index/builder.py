@@ -83,9 +83,11 @@ def build_version(partition_dir: Path, partition_id: int, store_version: int, en
         if len(chunk_ids):
             _build_hnsw(tmp / "hnsw.usearch", previous, removed, chunk_ids, dense, added, order, params, dim)
             index_texts = [f"{docs[d]['title']}\n{t}" for d, t in zip(doc_index, texts)]
-            retriever = bm25s.BM25()
-            retriever.index(tokenize(index_texts), show_progress=False)
-            retriever.save(str(tmp / "bm25"))
+            corpus = tokenize(index_texts)
+            if any(corpus):  # bm25s cannot index an empty vocabulary ("!!!", only stop words): vectors only then
+                retriever = bm25s.BM25()
+                retriever.index(corpus, show_progress=False)
+                retriever.save(str(tmp / "bm25"))
         manifest = {
             "format": FORMAT, "partition_id": partition_id, "store_version": store_version, "encoder": encoder,
             "dim": dim,

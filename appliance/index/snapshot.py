@@ -57,7 +57,8 @@ class PartitionSnapshot:
         if self.size:
             self.hnsw = Index.restore(str(self.folder / "hnsw.usearch"), view=True)
             self.hnsw.expansion_search = expansion_search
-            self.bm25 = bm25s.BM25.load(str(self.folder / "bm25"), mmap=True)
+            if (self.folder / "bm25").is_dir():  # absent when no chunk has a single BM25 term
+                self.bm25 = bm25s.BM25.load(str(self.folder / "bm25"), mmap=True)
         self.token_refs = None
         self.token_shards: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # shard -> (int8 codes, f32 scales)
         if self.manifest.get("token_vectors"):

@@ -17,24 +17,24 @@ from starlette.routing import Route
 from ..answer import AskRequest, Done, Failed, Sources, Token
 from ..config import Settings
 from ..pipeline import Appliance
-from ..retrieve import Hit, PartitionFilter
+from ..retrieve import PartitionFilter
+from .metrics import RequestRecord
 from .schemas import ask_body, chat_body
-from .validation import NAME_PATTERN, BadRequest, Spec, validate
+from .validation import BadRequest, Spec
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-def answer_routes(settings: Settings, appliance: Appliance, read_json: Callable[[Request], Awaitable[dict]],
-                  require_ready: Callable[[], None]) -> list[Route]:
+def answer_routes(settings: Settings, appliance: Appliance, read_body: Callable[[Request, Spec], Awaitable[dict]],
+                  tenant_of: Callable[[Request, str | None, str], str], require_ready: Callable[[], None]) -> list[Route]:
     ask_spec, chat_spec = ask_body(settings), chat_body(settings)
-    tenant_spec = Spec("string", pattern=NAME_PATTERN)
 
     async def ask(request: Request):
         require_ready()
-        body = validate(await read_json(request), ask_spec)
+        body = await read_body(request, ask_spec)
         req = AskRequest(body["question"], _where(body["tenant"], body["partitions"]), body["model"],
-                         body["max_tokens"], body["task"])
-        events = await _primed(appliance.ask(req))
+                         body["max_tokens"], body["task"], request.state.request_id)
+        events = await _primed(_traced(appliance.ask(req), request.state.record))
         if body["stream"]:
             return StreamingResponse(_native_sse(events), media_type="text/event-stream",
                                      headers=SSE_HEADERS)
@@ -42,12 +42,16 @@ def answer_routes(settings: Settings, appliance: Appliance, read_json: Callable[
 
     async def chat_completions(request: Request):
         require_ready()
-        body = validate(await read_json(request), chat_spec)
+        # OpenAI clients cannot easily add body fields: the tenant may come in a header (checked like a body field)
+        header = request.headers.get("x-tenant")
+        header_tenant = tenant_of(request, header, "X-Tenant") if header is not None else None
+        body = await read_body(request, chat_spec)
         question = _last_user_message(body["messages"])
-        tenant = body["tenant"] or validate(request.headers.get("x-tenant", "default"), tenant_spec, "X-Tenant")
-        req = AskRequest(question, _where(tenant, body["partitions"]), body["model"],
-                         body["max_completion_tokens"] or body["max_tokens"], "cited")
-        events = await _primed(appliance.ask(req))
+        if body["tenant"] is None:
+            body["tenant"] = header_tenant or tenant_of(request, "default")
+        req = AskRequest(question, _where(body["tenant"], body["partitions"]), body["model"],
+                         body["max_completion_tokens"] or body["max_tokens"], "cited", request.state.request_id)
+        events = await _primed(_traced(appliance.ask(req), request.state.record))
         chat_id, created = f"chatcmpl-{req.request_id}", int(time.time())
         if body["stream"]:
             return StreamingResponse(_openai_sse(events, chat_id, created, body["model"]),
@@ -95,10 +99,16 @@ def _last_user_message(messages: list[dict]) -> str:
     raise BadRequest("there is no user message to answer", "messages")
 
 
-def source(hit: Hit, n: int) -> dict:
-    c = hit.chunk
-    return {"n": n, "document_id": c.doc_key, "chunk_id": c.chunk_id, "partition": hit.partition, "title": c.title,
-            "source": c.source, "text": c.text, "score": hit.score}
+async def _traced(events: AsyncIterator, record: RequestRecord) -> AsyncIterator:
+    """Pass the events on, noting in the request's record what answered it, for metrics and the request log."""
+    async for event in events:
+        if isinstance(event, Done):
+            record.cache, record.degraded, record.finish_reason = event.cache, event.degraded, event.finish_reason
+            record.route_engine, record.route_requested = event.route.engine, event.route.requested
+            record.timings.update(event.timings)
+        elif isinstance(event, Failed):
+            record.error, record.route_engine = event.message, event.route.engine
+        yield event
 
 
 async def _primed(events: AsyncIterator) -> AsyncIterator:
@@ -124,8 +134,8 @@ async def _native_sse(events) -> AsyncIterator[str]:
     try:
         async for event in events:
             if isinstance(event, Sources):
-                yield _sse("sources", {"sources": [source(h, n) for n, h in enumerate(event.hits, 1)],
-                                       "partitions": event.partitions, "route": event.route.as_dict()})
+                yield _sse("sources", {"sources": event.sources, "partitions": event.partitions,
+                                       "route": event.route.as_dict()})
             elif isinstance(event, Token):
                 yield _sse("token", {"text": event.text})
             elif isinstance(event, Done):
@@ -139,14 +149,14 @@ async def _native_sse(events) -> AsyncIterator[str]:
 
 def _done_fields(done: Done) -> dict:
     return {"answer": done.text, "finish_reason": done.finish_reason, "degraded": done.degraded,
-            "route": done.route.as_dict(), "usage": done.usage, "timings_ms": done.timings}
+            "cache": done.cache, "route": done.route.as_dict(), "usage": done.usage, "timings_ms": done.timings}
 
 
 async def _collect_native(events, request_id: str) -> dict:
     reply: dict = {"id": request_id}
     async for event in events:
         if isinstance(event, Sources):
-            reply["sources"] = [source(h, n) for n, h in enumerate(event.hits, 1)]
+            reply["sources"] = event.sources
             reply["partitions"] = event.partitions
         elif isinstance(event, Done):
             reply.update(_done_fields(event))
@@ -166,7 +176,7 @@ async def _openai_sse(events, chat_id: str, created: int, model: str) -> AsyncIt
         async for event in events:
             if isinstance(event, Sources):
                 yield _chunk(chat_id, created, model, {"role": "assistant", "content": ""}, None,
-                             sources=[source(h, n) for n, h in enumerate(event.hits, 1)])
+                             sources=event.sources)
             elif isinstance(event, Token):
                 yield _chunk(chat_id, created, model, {"content": event.text}, None)
             elif isinstance(event, Done):
@@ -174,7 +184,7 @@ async def _openai_sse(events, chat_id: str, created: int, model: str) -> AsyncIt
                     yield _chunk(chat_id, created, model, {"content": event.text}, None)
                 yield _chunk(chat_id, created, model, {}, _openai_finish(event.finish_reason),
                              usage=_openai_usage(event.usage), route=event.route.as_dict(),
-                             degraded=event.degraded, timings_ms=event.timings)
+                             degraded=event.degraded, cache=event.cache, timings_ms=event.timings)
             elif isinstance(event, Failed):
                 yield f"data: {json.dumps({'error': {'message': event.message, 'type': 'engine_failed'}})}\n\n"
                 return
@@ -191,7 +201,7 @@ async def _collect_openai(events, chat_id: str, created: int, model: str) -> dic
                      "finish_reason": _openai_finish(native.get("finish_reason"))}],
         "usage": _openai_usage(native.get("usage", {})),
         "sources": native.get("sources", []), "route": native.get("route"), "degraded": native.get("degraded"),
-        "timings_ms": native.get("timings_ms"),
+        "cache": native.get("cache"), "timings_ms": native.get("timings_ms"),
     }
 
 

@@ -9,10 +9,13 @@ import asyncio
 import contextlib
 import logging
 import time
+from pathlib import Path
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..config import Settings
@@ -20,9 +23,12 @@ from ..encode import EncoderBusy
 from ..ingest import DocumentInput
 from ..pipeline import Appliance, KindConflict
 from ..retrieve import PartitionFilter
+from .admission import Admission, ApiKeys, Gate, TokenBuckets
 from .answers import answer_routes
+from .metrics import Metrics
 from .schemas import ingest_body, openapi, search_body
-from .validation import NAME_PATTERN, BadRequest, Spec, parse_json, validate
+from .telemetry import Telemetry
+from .validation import NAME_PATTERN, BadRequest, Spec, http_error, int_param, parse_json, validate
 
 log = logging.getLogger("appliance.serve")
 
@@ -31,8 +37,44 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
     appliance = appliance or Appliance(settings)
     ingest_spec, search_spec = ingest_body(settings), search_body(settings)
     name_spec = Spec("string", pattern=NAME_PATTERN, required=True)
+    limit_spec, entry_spec = Spec("integer", default=100, min=1, max=1000), Spec("integer", required=True, min=0)
     api_doc = openapi(settings)
     state: dict = {"boot_error": None}
+    metrics = Metrics()
+    telemetry = Telemetry(settings.telemetry, metrics)
+    a = settings.admission
+    keys = ApiKeys.load(Path(a.keys_file)) if a.keys_file else None
+    if keys is None:
+        log.warning("no API keys file (admission.keys_file): requests name their tenant themselves")
+    gate = Gate(keys, TokenBuckets(a.rate_per_s, a.burst), a.max_in_flight, metrics.rejected, telemetry.finish)
+    metrics.set_gauge_source("appliance_in_flight_requests", "requests in progress", lambda: gate.in_flight)
+    metrics.attach_engines(appliance.engines)
+
+    def tenant_of(request: Request, given: str | None, field: str = "tenant") -> str:
+        """The API key's tenant; a request may repeat it but never name another. Without keys, the given one."""
+        key_tenant = request.state.tenant
+        if given is not None:
+            validate(given, name_spec, field)
+        if key_tenant is None:
+            if given is None:
+                raise BadRequest("is required", field)
+            tenant = given
+        elif given is not None and given != key_tenant:
+            raise BadRequest(f"this API key belongs to tenant {key_tenant!r}", field, status=403, code="forbidden")
+        else:
+            tenant = key_tenant
+        request.state.record.tenant = tenant
+        return tenant
+
+    async def read_body(request: Request, spec: Spec) -> dict:
+        """The JSON body validated against `spec`, its tenant filled in from the API key when it names none."""
+        body = await read_json(request)
+        if isinstance(body, dict) and request.state.tenant is not None and body.get("tenant") is None:
+            body["tenant"] = request.state.tenant
+        body = validate(body, spec)
+        if body.get("tenant") is not None:
+            body["tenant"] = tenant_of(request, body["tenant"])
+        return body
 
     async def read_json(request: Request) -> dict:
         limit = settings.server.max_body_bytes
@@ -56,7 +98,7 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
 
     async def post_documents(request: Request) -> JSONResponse:
         require_ready()
-        body = validate(await read_json(request), ingest_spec)
+        body = await read_body(request, ingest_spec)
         docs = [DocumentInput(text=d["text"], title=d["title"], id=d["id"], source=d["source"],
                               metadata=d["metadata"], time=d["time"]) for d in body["documents"]]
         ids = [d.id for d in docs if d.id is not None]
@@ -81,7 +123,7 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
         key = request.path_params["id"]
         if not 0 < len(key) <= 256:
             raise BadRequest("must have 1 to 256 characters", "id")
-        tenant = validate(request.query_params.get("tenant"), name_spec, "tenant")
+        tenant = tenant_of(request, request.query_params.get("tenant"))
         partition = request.query_params.get("partition")
         if partition is not None:
             validate(partition, name_spec, "partition")
@@ -94,7 +136,7 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
 
     async def search(request: Request) -> JSONResponse:
         require_ready()
-        body = validate(await read_json(request), search_spec)
+        body = await read_body(request, search_spec)
         filters = body["filters"] or {}
         where = PartitionFilter(
             tenant=body["tenant"], names=tuple(body["partitions"]) if body["partitions"] else None,
@@ -102,6 +144,7 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
             time_from=filters.get("time_from"), time_to=filters.get("time_to"),
         )
         result = await appliance.search(body["query"], where, body["k"], body["late_interaction"])
+        request.state.record.timings.update(result.timings)
         return JSONResponse({
             "results": [{
                 "document_id": h.chunk.doc_key, "chunk_id": h.chunk.chunk_id, "chunk": h.chunk.ordinal,
@@ -115,8 +158,26 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
 
     async def partitions(request: Request) -> JSONResponse:
         require_ready()
-        tenant = validate(request.query_params.get("tenant"), name_spec, "tenant")
+        tenant = tenant_of(request, request.query_params.get("tenant"))
         return JSONResponse({"partitions": appliance.partitions(tenant)})
+
+    async def cache_entries(request: Request) -> JSONResponse:
+        require_ready()
+        tenant = tenant_of(request, request.query_params.get("tenant"))
+        limit = int_param(request.query_params.get("limit"), limit_spec, "limit")
+        return JSONResponse({"tenant": tenant, "entries": appliance.cache_entries(tenant, limit)})
+
+    async def delete_cache_entry(request: Request) -> JSONResponse:
+        require_ready()
+        tenant = tenant_of(request, request.query_params.get("tenant"))
+        entry_id = int_param(request.path_params["id"], entry_spec, "id")
+        if not appliance.delete_cache_entry(tenant, entry_id):
+            raise BadRequest(f"no cache entry {entry_id} for tenant {tenant!r}", "id", status=404, code="not_found")
+        return JSONResponse({"id": entry_id, "deleted": True})
+
+    async def metrics_text(request: Request) -> Response:
+        body, content_type = metrics.render()
+        return Response(body, media_type=content_type)
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok"})
@@ -133,6 +194,9 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
         return JSONResponse(api_doc)
 
     async def bad_request(request: Request, exc: BadRequest) -> JSONResponse:
+        if exc.status in (400, 413, 422):
+            metrics.rejected("too_large" if exc.status == 413 else "invalid", request.state.record.endpoint
+                             if "record" in request.scope.get("state", {}) else "other")
         headers = {"Retry-After": "1"} if exc.status == 503 else None
         return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
@@ -146,6 +210,7 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
             started = time.perf_counter()
             try:
                 await appliance.start()
+                appliance.on_engine_sample(metrics.engine_sample)
             except Exception as exc:  # keep serving /readyz so the failure is visible, not a dead port
                 state["boot_error"] = f"{type(exc).__name__}: {exc}"
                 log.exception("boot failed")
@@ -161,6 +226,7 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             await appliance.stop()
+            telemetry.shutdown()
 
     routes = [
         Route("/v1/documents", post_documents, methods=["POST"]),
@@ -170,9 +236,12 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
-        *answer_routes(settings, appliance, read_json, require_ready),
+        Route("/metrics", metrics_text, methods=["GET"]),
+        Route("/v1/cache/entries", cache_entries, methods=["GET"]),
+        Route("/v1/cache/entries/{id}", delete_cache_entry, methods=["DELETE"]),
+        *answer_routes(settings, appliance, read_body, tenant_of, require_ready),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={BadRequest: bad_request, EncoderBusy: busy})
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=[Middleware(Admission, gate=gate)],
+                    exception_handlers={BadRequest: bad_request, EncoderBusy: busy, HTTPException: http_error})
     app.state.appliance = appliance
     return app

@@ -1,16 +1,21 @@
 """The request bodies of the HTTP API and the OpenAPI document built from them."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
 from .validation import NAME_PATTERN, Spec
 
+# A document id is the client's own string, but without control characters: a line break in it could not be
+# named in DELETE /v1/documents/{id} (the route's path pattern stops at one), so such a document could never go.
+ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+
 
 def ingest_body(settings: Settings) -> Spec:
     document = Spec("object", "A document to store and index.", fields={
         "id": Spec("string", "Document id, unique within the partition; default: a hash of the content.",
-                   min=1, max=256),
+                   min=1, max=256, pattern=ID_PATTERN),
         "title": Spec("string", "Title; also indexed.", default="", max=1000),
         "text": Spec("string", "Full text; chunked at ingest.", required=True, min=1,
                      max=settings.server.max_body_bytes, blank=False),
@@ -83,76 +88,200 @@ def chat_body(settings: Settings) -> Spec:
     })
 
 
-_ERROR = {"type": "object", "properties": {"error": {"type": "object", "properties": {
-    "code": {"type": "string"}, "message": {"type": "string"}, "field": {"type": "string"}},
-    "required": ["code", "message"]}}}
+ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {
+    "type": "object", "required": ["code", "message"], "properties": {
+        "code": {"type": "string", "description": "Stable machine-readable reason, e.g. invalid_json."},
+        "message": {"type": "string", "description": "What is wrong, for a person."},
+        "field": {"type": "string", "description": "JSON path of the wrong field, e.g. documents[3].text."}}}}}
+
+# Shared error responses: status -> (component name, description, headers it always carries).
+_RETRY_AFTER = {"description": "Seconds to wait before trying again.", "required": True,
+                "schema": {"type": "integer", "minimum": 0}}
+ERRORS: dict[int, tuple[str, str, dict]] = {
+    400: ("BadBody", "Malformed body: not UTF-8, not JSON (NaN, Infinity and unpaired surrogates included), "
+                     "nested too deeply, or empty", {}),
+    401: ("Unauthorized", "Missing or invalid API key (only where API keys are configured)",
+          {"WWW-Authenticate": {"description": "Bearer", "required": True, "schema": {"type": "string"}}}),
+    403: ("Forbidden", "The request names a tenant other than its API key's", {}),
+    404: ("NotFound", "No such item", {}),
+    409: ("Conflict", "Conflicts with stored state", {}),
+    413: ("BodyTooLarge", "Body larger than server.max_body_bytes", {}),
+    422: ("Invalid", "A field is wrong; error.field names it", {}),
+    429: ("RateLimited", "The tenant's request rate is over its limit", {"Retry-After": _RETRY_AFTER}),
+    503: ("NotReady", "Warming up, boot failed, or overloaded", {"Retry-After": _RETRY_AFTER}),
+}
+V1_ERRORS = (401, 429, 503)  # any /v1/* request may meet these (admission, then readiness)
+TENANT_ERRORS = (403, 422)  # any request naming a tenant (a wrong name, or another than the API key's)
+BODY_ERRORS = (400, 413, 422)  # any request with a JSON body
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    name: str
+    where: str  # query, path, header
+    spec: Spec
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One route of the API as the OpenAPI document describes it."""
+    method: str
+    path: str
+    summary: str
+    ok: str  # what a 2xx answer means
+    ok_schema: dict = field(default_factory=lambda: {"type": "object"})
+    ok_media: tuple[str, ...] = ("application/json",)
+    event_schema: dict = field(default_factory=dict)  # text/event-stream: one event, as {event, data, id, retry}
+    body: Spec | None = None
+    params: tuple[Param, ...] = ()
+    errors: tuple[int, ...] = ()  # beyond V1_ERRORS, TENANT_ERRORS and BODY_ERRORS, which follow from the rest
+    extra: dict = field(default_factory=dict)  # further responses: status -> response object
+
+    @property
+    def v1(self) -> bool:
+        return self.path.startswith("/v1/")
+
+    @property
+    def names_tenant(self) -> bool:
+        return any(p.name == "tenant" for p in self.params) or bool(self.body and "tenant" in self.body.fields)
+
+
+def _sse_event(description: str, names: tuple[str, ...] = ()) -> dict:
+    event = {"type": "string", "enum": list(names)} if names else {"type": "string", "description": "absent"}
+    return {"type": "object", "description": description, "required": ["data"],
+            "properties": {"event": event, "data": {"type": "string"}}}
+
+
+_TENANT = Param("tenant", "query", Spec("string", "Tenant (where API keys are configured: the key's, which may "
+                                        "be left out).", required=True, pattern=NAME_PATTERN))
+
+
+def operations(settings: Settings) -> list[Operation]:
+    """Every route the server answers, in the order the document lists them."""
+    native_event = _sse_event("One event; data is a JSON object.", ("sources", "token", "done", "error"))
+    openai_event = _sse_event("One event, unnamed; data is a chat.completion.chunk as JSON, or [DONE] last.")
+    doc_id = Param("id", "path", Spec("string", "Document id.", required=True, min=1, max=256, pattern=ID_PATTERN))
+    sse = ("application/json", "text/event-stream")
+    return [
+        Operation("post", "/v1/documents", "Store and index documents", "Stored and indexed",
+                  body=ingest_body(settings), errors=(409,), extra={"202": {
+                      "description": "Stored; indexing continues (wait: false, or the index build failed: see "
+                                     "index_error)", "content": {"application/json": {"schema": {"type": "object"}}}}}),
+        Operation("delete", "/v1/documents/{id}", "Delete a document", "Deleted", errors=(404,), params=(
+            doc_id, _TENANT,
+            Param("partition", "query", Spec("string", "Only this partition (default: every partition of the "
+                                             "tenant).", pattern=NAME_PATTERN)))),
+        Operation("post", "/v1/search", "Hybrid search (BM25 + HNSW, RRF, late interaction)",
+                  "Ranked chunks with per-stage timings", body=search_body(settings)),
+        Operation("get", "/v1/partitions", "A tenant's partitions", "Partitions", params=(_TENANT,)),
+        Operation("post", "/v1/ask", "RAG answer with sources, route and timings (JSON, or SSE with stream: true)",
+                  "The answer (JSON), or its Server-Sent Events", ok_media=sse, event_schema=native_event,
+                  body=ask_body(settings)),
+        Operation("post", "/v1/chat/completions", "OpenAI-compatible chat completion over the tenant's documents",
+                  "A chat completion (JSON), or its chunks as Server-Sent Events", ok_media=sse,
+                  event_schema=openai_event, body=chat_body(settings), params=(
+                      Param("X-Tenant", "header", Spec("string", pattern=NAME_PATTERN),
+                            "Tenant when the body names none (default: the API key's, else default)."),)),
+        Operation("get", "/v1/models", "The routes a client can name as model", "Model list"),
+        Operation("get", "/v1/engines", "Engine states and statistics", "Engines"),
+        Operation("get", "/v1/cache/entries", "A tenant's semantic-cache entries, newest first", "Cache entries",
+                  ok_schema={"type": "object", "required": ["tenant", "entries"], "properties": {
+                      "tenant": {"type": "string"}, "entries": {"type": "array", "items": {"type": "object"}}}},
+                  params=(_TENANT, Param("limit", "query", Spec("integer", "Most entries to list.", default=100,
+                                                                min=1, max=1000)))),
+        Operation("delete", "/v1/cache/entries/{id}", "Drop one semantic-cache entry", "Dropped", errors=(404,),
+                  params=(Param("id", "path", Spec("integer", "Entry id, from GET /v1/cache/entries.",
+                                                   required=True, min=0)), _TENANT)),
+        Operation("get", "/metrics", "Prometheus metrics (text exposition format)", "Metrics",
+                  ok_schema={"type": "string"}, ok_media=("text/plain",)),
+        Operation("get", "/healthz", "The process is up", "Alive"),
+        Operation("get", "/readyz", "Warm-up is done and requests are served", "Ready", extra={"503": {
+            "description": "Starting, or boot failed (then error says why)",
+            "content": {"application/json": {"schema": {"type": "object", "required": ["status"], "properties": {
+                "status": {"type": "string", "enum": ["starting", "failed"]}, "error": {"type": "string"}}}}}}}),
+        Operation("get", "/openapi.json", "This document", "OpenAPI 3.0 document"),
+    ]
 
 
 def openapi(settings: Settings) -> dict[str, Any]:
-    def body(spec: Spec) -> dict:
-        return {"required": True, "content": {"application/json": {"schema": to_schema(spec)}}}
-
-    def answers(ok: str, *codes: int) -> dict:
-        out: dict[str, Any] = {"200": {"description": ok, "content": {"application/json": {"schema": {
-            "type": "object"}}}}}
-        for code in codes:
-            out[str(code)] = {"description": _REASONS[code], "content": {"application/json": {"schema": _ERROR}}}
-        return out
-
-    name_param = {"schema": {"type": "string", "pattern": NAME_PATTERN}}
+    keyed = _keys_configured(settings)
+    paths: dict[str, dict] = {}
+    for op in operations(settings):
+        responses: dict[str, Any] = {"200": {"description": op.ok, "content": {
+            media: {"schema": op.event_schema if media == "text/event-stream" else op.ok_schema}
+            for media in op.ok_media}}}
+        responses.update(op.extra)
+        codes = set(op.errors) | (set(V1_ERRORS) if op.v1 else set()) | (set(BODY_ERRORS) if op.body else set())
+        codes |= (set(TENANT_ERRORS) if op.names_tenant else set()) | ({422} if op.params else set())
+        for code in sorted(codes):
+            responses[str(code)] = {"$ref": f"#/components/responses/{ERRORS[code][0]}"}
+        entry: dict[str, Any] = {"summary": op.summary, "operationId": _operation_id(op), "responses": responses}
+        if op.params:
+            entry["parameters"] = [_parameter(p, keyed) for p in op.params]
+        if op.body:
+            schema = to_schema(op.body)
+            if keyed and "tenant" in schema.get("required", ()):  # the key's tenant fills it in
+                schema["required"] = [name for name in schema["required"] if name != "tenant"]
+                schema["properties"]["tenant"]["nullable"] = True
+            entry["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
+        if op.v1:
+            # Keys are checked only where the server has some configured; without, requests go through unnamed.
+            entry["security"] = [{"bearerAuth": []}] if keyed else [{"bearerAuth": []}, {}]
+        paths.setdefault(op.path, {})[op.method] = entry
     return {
         "openapi": "3.0.3",
         "info": {"title": "rag-appliance", "version": "0.1.0",
                  "description": "Offline RAG answer server: ingest documents into partitions, search them, "
                                 "ask questions answered from them."},
-        "paths": {
-            "/v1/documents": {"post": {"summary": "Store and index documents", "requestBody": body(
-                ingest_body(settings)), "responses": {**answers("Stored and indexed", 400, 409, 413, 422, 503),
-                                                      "202": {"description": "Stored; indexing continues"}}}},
-            "/v1/documents/{id}": {"delete": {"summary": "Delete a document", "parameters": [
-                {"name": "id", "in": "path", "required": True, "schema": {"type": "string", "maxLength": 256}},
-                {"name": "tenant", "in": "query", "required": True, **name_param},
-                {"name": "partition", "in": "query", "required": False, **name_param},
-            ], "responses": answers("Deleted", 404, 422, 503)}},
-            "/v1/search": {"post": {"summary": "Hybrid search (BM25 + HNSW, RRF, late interaction)",
-                                    "requestBody": body(search_body(settings)),
-                                    "responses": answers("Ranked chunks with per-stage timings", 400, 413, 422, 503)}},
-            "/v1/partitions": {"get": {"summary": "A tenant's partitions", "parameters": [
-                {"name": "tenant", "in": "query", "required": True, **name_param}],
-                "responses": answers("Partitions", 422, 503)}},
-            "/v1/ask": {"post": {"summary": "RAG answer with sources, route and timings (JSON, or SSE with "
-                                 "stream: true)", "requestBody": body(ask_body(settings)),
-                                 "responses": answers("The answer", 400, 413, 422, 503)}},
-            "/v1/chat/completions": {"post": {"summary": "OpenAI-compatible chat completion over the tenant's "
-                                              "documents", "requestBody": body(chat_body(settings)),
-                                              "responses": answers("A chat completion", 400, 413, 422, 503)}},
-            "/v1/models": {"get": {"summary": "The routes a client can name as model",
-                                   "responses": answers("Model list")}},
-            "/v1/engines": {"get": {"summary": "Engine states and statistics", "responses": answers("Engines")}},
-            "/healthz": {"get": {"summary": "The process is up", "responses": answers("Alive")}},
-            "/readyz": {"get": {"summary": "Warm-up is done and requests are served",
-                                "responses": answers("Ready", 503)}},
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer",
+                                               "description": "An API key from admission.keys_file; it names the "
+                                                              "tenant, whose rate limit the request counts against."}},
+            "schemas": {"Error": ERROR_SCHEMA},
+            "responses": {name: {"description": description, "content": {"application/json": {"schema": {
+                "$ref": "#/components/schemas/Error"}}}, **({"headers": headers} if headers else {})}
+                for name, description, headers in ERRORS.values()},
         },
     }
 
 
-_REASONS = {400: "Malformed body", 404: "Not found", 409: "Conflicts with stored state", 413: "Body too large",
-            422: "A field is wrong",
-            503: "Not ready or overloaded"}
+def _keys_configured(settings: Settings) -> bool:
+    admission = getattr(settings, "admission", None)
+    return bool(getattr(admission, "keys_file", ""))
 
 
-def to_schema(spec: Spec) -> dict[str, Any]:
+def _operation_id(op: Operation) -> str:
+    words = [w for w in op.path.replace("{", "").replace("}", "").replace(".", "_").split("/") if w]
+    return "_".join([op.method, *words])
+
+
+def _parameter(p: Param, keyed: bool) -> dict[str, Any]:
+    required = p.where == "path" or (p.spec.required and not (keyed and p.name == "tenant"))
+    out: dict[str, Any] = {"name": p.name, "in": p.where, "required": required, "schema": to_schema(p.spec)}
+    if p.description or p.spec.description:
+        out["description"] = p.description or p.spec.description
+        out["schema"].pop("description", None)
+    return out
+
+
+def to_schema(spec: Spec, nullable: bool = False) -> dict[str, Any]:
+    """`nullable`: an optional field of an object, where validate() reads null as absent (OpenAI clients send
+    null for fields they leave unset)."""
     schema: dict[str, Any] = {}
     if spec.description:
         schema["description"] = spec.description
     if spec.type == "any":
         return schema
+    if nullable:
+        schema["nullable"] = True
     if spec.type == "timestamp":
         schema["oneOf"] = [{"type": "number"}, {"type": "string", "format": "date-time"}]
         return schema
     schema["type"] = spec.type
     if spec.type == "object" and not spec.free_form:
-        schema["properties"] = {name: to_schema(sub) for name, sub in spec.fields.items()}
+        schema["properties"] = {name: to_schema(sub, nullable=not sub.required) for name, sub in spec.fields.items()}
         schema["additionalProperties"] = spec.extra
         required = [name for name, sub in spec.fields.items() if sub.required]
         if required:
@@ -166,7 +295,7 @@ def to_schema(spec: Spec) -> dict[str, Any]:
         if spec.pattern:
             schema["pattern"] = spec.pattern
         if spec.choices:
-            schema["enum"] = list(spec.choices)
+            schema["enum"] = list(spec.choices) + ([None] if nullable else [])  # OpenAPI 3.0: enum must list null
     elif spec.type in ("integer", "number"):
         _bounds(schema, spec, "minimum", "maximum")
     if spec.default is not None:

@@ -4,12 +4,18 @@ Errors name the field (a JSON path such as `documents[3].text`) so a client can 
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 
@@ -44,16 +50,69 @@ class Spec:
     extra: bool = False  # an object may carry fields not listed (ignored): OpenAI clients send many
 
 
+MAX_DEPTH = 64  # nesting of arrays and objects in a body; deeper would risk recursion limits further on
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
 def parse_json(raw: bytes) -> Any:
+    """The body as JSON, or BadRequest (400) saying why not. Beyond what `json` itself refuses, this refuses what
+    it accepts but the rest of the server cannot store or send back: NaN and Infinity, numbers beyond a double's
+    range, integers too long for Python to convert, nesting deeper than MAX_DEPTH, and strings with unpaired
+    UTF-16 surrogates (\\ud800)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadRequest(f"body is not valid UTF-8 (byte {exc.start})", status=400, code="invalid_utf8") from None
     try:
-        return json.loads(text)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
         raise BadRequest(f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
                          status=400, code="invalid_json") from None
+    except RecursionError:
+        raise BadRequest(f"body is nested deeper than {MAX_DEPTH} levels", status=400, code="invalid_json") from None
+    except ValueError:  # an integer longer than Python converts
+        raise BadRequest(f"body has an integer of more than {sys.get_int_max_str_digits()} digits", status=400,
+                         code="invalid_json") from None
+    _check_parsed(value, surrogates=_SURROGATE_ESCAPE.search(raw) is not None)
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise BadRequest(f"body is not valid JSON: {name} is not a JSON number", status=400, code="invalid_json")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise BadRequest(f"body has a number too large for a double: {text[:40]}", status=400, code="invalid_json")
+    return value
+
+
+def _check_parsed(value: Any, surrogates: bool) -> None:
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            if depth >= MAX_DEPTH:
+                raise BadRequest(f"body is nested deeper than {MAX_DEPTH} levels", status=400, code="invalid_json")
+            if surrogates:
+                for key in item:
+                    _check_text(key)
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            if depth >= MAX_DEPTH:
+                raise BadRequest(f"body is nested deeper than {MAX_DEPTH} levels", status=400, code="invalid_json")
+            stack.extend((v, depth + 1) for v in item)
+        elif surrogates and isinstance(item, str):
+            _check_text(item)
+
+
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadRequest(f"body has a string with an unpaired UTF-16 surrogate \\u{ord(text[exc.start]):04x}; "
+                         "text must be valid Unicode", status=400, code="invalid_json") from None
 
 
 def validate(value: Any, spec: Spec, path: str = "") -> Any:
@@ -90,7 +149,7 @@ def validate(value: Any, spec: Spec, path: str = "") -> Any:
         _check_size(value, spec, where, "characters")
         if not spec.blank and value and not value.strip():
             raise BadRequest("must contain more than white space", where)
-        if spec.pattern and not re.match(spec.pattern, value):
+        if spec.pattern and not _regex(spec.pattern).search(value):
             raise BadRequest(f"must match {spec.pattern}", where)
         if spec.choices and value not in spec.choices:
             raise BadRequest(f"must be one of {', '.join(spec.choices)}, got {value!r}", where)
@@ -114,13 +173,22 @@ def validate(value: Any, spec: Spec, path: str = "") -> Any:
     raise AssertionError(f"unknown spec type {kind}")
 
 
+@functools.lru_cache(maxsize=64)
+def _regex(pattern: str) -> re.Pattern:
+    r"""A JSON Schema (ECMA 262) pattern as Python reads it: there `$` also matches before a final newline, which
+    would let "name\n" through NAME_PATTERN, so an end anchor becomes `\Z`."""
+    if pattern.endswith("$") and not pattern.endswith("\\$"):
+        pattern = pattern[:-1] + r"\Z"
+    return re.compile(pattern)
+
+
 def _timestamp(value: Any, where: str) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     if isinstance(value, str):
         try:
             return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-        except ValueError:
+        except (ValueError, OverflowError):  # not a date-time, or one outside what the platform can convert
             pass
     raise BadRequest("must be seconds since the epoch or an ISO 8601 date-time", where)
 
@@ -144,3 +212,34 @@ def _num(x: float | None) -> str:
 def _type_name(value: Any) -> str:
     return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
             float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    """Starlette's own 404 (no such route) and 405 (route without that method) in the API's error body; register
+    for HTTPException in the app's exception_handlers."""
+    if exc.status_code == 404:
+        code, message = "not_found", f"no route {request.url.path}"
+    elif exc.status_code == 405:
+        allowed = (exc.headers or {}).get("Allow", "")
+        code, message = "method_not_allowed", f"{request.method} is not allowed on {request.url.path}; allowed: " \
+                                              f"{allowed}"
+    else:
+        code, message = "http_error", str(exc.detail)
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=exc.status_code,
+                        headers=exc.headers)
+
+
+_ASCII_INT = re.compile(r"-?[0-9]{1,18}")
+
+
+def int_param(raw: str | None, spec: Spec, where: str) -> int | None:
+    """A query or path parameter read as an integer of `spec` (its default when absent). Only ASCII digits count:
+    str.isdigit() also admits "²" and other digits that int() refuses, and more than 4300 digits int() refuses
+    too; both would otherwise be a 500."""
+    if raw is None:
+        if spec.required:
+            raise BadRequest("is required", where)
+        return spec.default
+    if not _ASCII_INT.fullmatch(raw):
+        raise BadRequest(f"must be an integer of at most 18 digits, got {raw[:40]!r}", where)
+    return validate(int(raw), spec, where)

@@ -1,0 +1,123 @@
+"""The cache layers around the answer path: exact -> (encode) -> semantic -> compute, then fill.
+
+A repeat of a question (same tenant, partitions, index versions, prompt version and request shape) is answered
+from the exact cache; a paraphrase from the semantic cache once it passes the second check; concurrent identical
+misses compute once (single flight). Only deterministic, complete, non-degraded answers are stored, so a cache
+never replays an answer that a retry could have done better.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from .answer import Answerer, AskRequest, Done, Route, Sources, Token
+from .cache import ExactCache, SemanticCache, SingleFlight, answer_key
+from .generate.prompts import PROMPT_VERSION
+from .retrieve import PartitionFilter
+
+CACHEABLE_FINISH = ("stop", "length")  # "deadline" answers are cut short by load, not by the question
+
+
+class CachedAnswerer:
+    def __init__(self, answerer: Answerer, exact: ExactCache, semantic: SemanticCache | None, flight: SingleFlight,
+                 encode: Callable[[str], Awaitable], versions: Callable[[PartitionFilter], dict[str, int]],
+                 deterministic: bool):
+        self.answerer, self.exact, self.semantic, self.flight = answerer, exact, semantic, flight
+        self._encode, self._versions = encode, versions
+        self.deterministic = deterministic  # temperature 0: the same prompt gives the same answer
+
+    async def ask(self, req: AskRequest) -> AsyncIterator:
+        started = time.perf_counter()
+        timings: dict[str, float] = {}
+        versions = self._versions(req.where)
+        scope = f"{PROMPT_VERSION}|{req.model}|{req.task}|{req.max_tokens}"
+        key = answer_key(req.question, req.where.tenant, versions, scope)
+        t = time.perf_counter()
+        cached = await asyncio.to_thread(self._exact_get, key, req.where.tenant)
+        timings["exact_cache"] = _ms(t)
+        if cached is None and not self.flight.lead(key):
+            cached = await self.flight.wait(key)  # an identical request is computing it: share its answer
+            leader = False
+        else:
+            leader = cached is None
+        if cached is not None:
+            for event in _replay(cached, "exact", req, timings, started):
+                yield event
+            return
+        payload = None
+        try:
+            t = time.perf_counter()
+            query = await self._encode(req.question)
+            timings["encode"] = _ms(t)
+            if self.semantic is not None:
+                t = time.perf_counter()
+                found = await asyncio.to_thread(self.semantic.lookup, req.where.tenant, scope, req.question,
+                                                query.dense, versions, query.tokens)
+                timings["semantic_cache"] = _ms(t)
+                if found.hit is not None:
+                    payload = {**found.hit.payload, "entry_id": found.hit.entry_id}
+                    await asyncio.to_thread(self.exact.put, key, payload)
+                    for event in _replay(payload, "semantic", req, timings, started):
+                        yield event
+                    return
+            sources = None
+            parts = []
+            async for event in self.answerer.ask(req):
+                if isinstance(event, Sources):
+                    sources = event
+                elif isinstance(event, Token):
+                    parts.append(event.text)
+                elif isinstance(event, Done):
+                    for stage, ms in timings.items():
+                        event.timings[stage] = round(event.timings.get(stage, 0.0) + ms, 3)
+                    event.timings["total"] = _ms(started)
+                    if self._cacheable(event) and sources is not None:
+                        payload = _payload(event, sources)
+                        await asyncio.to_thread(self._fill, key, req, scope, query, versions, payload)
+                yield event
+        finally:
+            if leader:
+                self.flight.finish(key, payload)
+
+    def _cacheable(self, done: Done) -> bool:
+        return (self.deterministic and not done.degraded and done.finish_reason in CACHEABLE_FINISH
+                and bool(done.text.strip()))
+
+    def _fill(self, key: str, req: AskRequest, scope: str, query, versions: dict[str, int], payload: dict) -> None:
+        if self.semantic is not None:
+            payload["entry_id"] = self.semantic.store(req.where.tenant, scope, req.question, query.dense, versions,
+                                                      payload, query.tokens)
+        self.exact.put(key, payload)
+
+    def _exact_get(self, key: str, tenant: str) -> dict | None:
+        """An exact entry stands only while the semantic entry it came from does: an operator who deletes a
+        wrong answer (by its semantic entry) removes every exact copy of it too."""
+        payload = self.exact.get(key)
+        entry_id = payload.get("entry_id") if payload else None
+        if entry_id is not None and self.semantic is not None and not self.semantic.holds(tenant, entry_id):
+            self.exact.delete(key)
+            return None
+        return payload
+
+
+def _payload(done: Done, sources: Sources) -> dict:
+    return {"answer": done.text, "finish_reason": done.finish_reason, "route": done.route.as_dict(),
+            "sources": sources.sources, "partitions": sources.partitions, "usage": done.usage,
+            "cached_at": time.time()}
+
+
+def _replay(payload: dict, layer: str, req: AskRequest, timings: dict, started: float):
+    """A cached answer as the same events a fresh one gives: sources, the text as one token, done."""
+    first = payload["route"]
+    route = Route(first.get("engine"), req.model, f"cached answer ({layer}); first answered by "
+                  f"{first.get('engine')}", first.get("p_large"))
+    yield Sources(payload["sources"], payload["partitions"], route)
+    yield Token(payload["answer"])
+    usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cached_prompt_tokens": 0}
+    timings["total"] = _ms(started)
+    yield Done(payload["answer"], route, False, payload["finish_reason"], usage, dict(timings), cache=layer)
+
+
+def _ms(since: float) -> float:
+    return round((time.perf_counter() - since) * 1000, 3)

@@ -1,0 +1,108 @@
+"""`appliance eval ...`: retrieval quality on a BEIR folder, router decisions, semantic cache hits on pairs."""
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from .config import Settings
+
+
+def add_eval_commands(commands) -> None:
+    evaluate = commands.add_parser("eval", help="measure quality").add_subparsers(dest="what", required=True)
+    retrieval = evaluate.add_parser("retrieval", help="nDCG@10, recall@100, MRR@10, latency on a BEIR folder")
+    retrieval.add_argument("--data", required=True, type=Path)
+    retrieval.add_argument("--split", default="test")
+    retrieval.add_argument("--mode", choices=["hybrid", "bm25", "dense"], default="hybrid")
+    retrieval.add_argument("--late-interaction", choices=["on", "off", "config"], default="config")
+    retrieval.add_argument("--json", action="store_true")
+    retrieval.set_defaults(run=_eval_retrieval)
+    router = evaluate.add_parser("router", help="share of simple questions routed small, complex routed large")
+    router.add_argument("--questions", required=True, type=Path, help="JSONL with text and difficulty per line")
+    router.add_argument("--json", action="store_true")
+    router.set_defaults(run=_eval_router)
+    cache = evaluate.add_parser("cache", help="semantic cache right/wrong hits on labelled question pairs")
+    cache.add_argument("--pairs", required=True, type=Path, help="TSV: text_a, text_b, label (header, no quoting)")
+    cache.add_argument("--threshold", type=float, help="override cache.semantic_threshold")
+    cache.add_argument("--late-threshold", type=float, help="override cache.semantic_late_threshold")
+    cache.add_argument("--json", action="store_true")
+    cache.set_defaults(run=_eval_cache)
+
+
+def _eval_retrieval(settings: Settings, args) -> None:
+    from .evaluate import evaluate_retrieval
+
+    late = {"on": True, "off": False, "config": None}[args.late_interaction]
+    progress = None if args.json else (lambda done, total: print(f"\ringested {done}/{total}", end="",
+                                                                     file=sys.stderr, flush=True))
+    report = asyncio.run(evaluate_retrieval(settings, args.data, args.split, args.mode, late, progress))
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(file=sys.stderr)
+        for key, value in report.items():
+            print(f"{key:>11}: {value}")
+
+
+def _eval_router(settings: Settings, args) -> None:
+    from .generate.router import evaluate_router, load_questions, normalise_question
+    from .pipeline import load_router
+
+    router = load_router(settings)
+    if router is None:
+        sys.exit("no router model: run `appliance models build`")
+    texts, labels, _ = load_questions(args.questions)
+    embeddings, _ = _encode_all(_open_encoder(settings), [normalise_question(t) for t in texts])
+    report = evaluate_router(router, texts, labels, embeddings, settings.router.bias,
+                             settings.router.max_words_small)
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for key, value in report.items():
+            print(f"{key:>18}: {value}")
+
+
+def _eval_cache(settings: Settings, args) -> None:
+    from dataclasses import replace
+
+    from .cache.evaluate import evaluate_pairs, load_pairs
+    from .pipeline import semantic_params
+
+    try:
+        pairs = load_pairs(args.pairs)
+    except (OSError, ValueError) as exc:
+        sys.exit(str(exc))
+    params = semantic_params(settings)
+    if args.threshold is not None:
+        params = replace(params, threshold=args.threshold)
+    if args.late_threshold is not None:
+        params = replace(params, late_threshold=args.late_threshold)
+    encoder = _open_encoder(settings)
+    report = evaluate_pairs(pairs, lambda texts: _encode_all(encoder, texts), params)
+    report["encoder"] = settings.encoder.model
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for key, value in report.items():
+            print(f"{key:>15}: {value}")
+
+
+def _open_encoder(settings: Settings):
+    from .encode import load_encoder
+    from .models import model_path
+
+    return load_encoder(settings.encoder.model, model_path(settings.models_dir, settings.encoder.model),
+                        settings.encoder.threads, settings.encoder.max_length)
+
+
+def _encode_all(encoder, texts: list[str], batch: int = 64):
+    """(dense (n, dim), per-text token vectors or None) for many texts, in batches."""
+    import numpy as np
+
+    dense, tokens = [], []
+    for i in range(0, len(texts), batch):
+        encoded = encoder.encode(texts[i:i + batch])
+        dense.append(encoded.dense)
+        tokens.extend(encoded.tokens or [])
+    return np.vstack(dense), (tokens or None)

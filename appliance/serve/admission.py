@@ -1,0 +1,199 @@
+"""Admission: API key -> tenant, a token bucket per tenant, and a bound on requests in progress.
+
+Runs as ASGI middleware in front of every /v1/ route, so a refused request costs no body parsing, no encoder
+time and no memory beyond its headers. Keys are stored as SHA-256 hashes: the keys file can be read by an
+operator without revealing a usable key (keys are 32 random bytes, so a fast hash is enough).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import secrets
+import time
+import tomllib
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .metrics import RequestRecord
+
+KEY_PREFIX = "rak_"
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._\-]{1,64}$")
+MAX_BUCKETS = 10_000  # open mode keys buckets by client address: keep memory bounded
+
+
+class KeysFileError(ValueError):
+    """The API keys file cannot be read or has a wrong entry."""
+
+
+def hash_key(key: str) -> str:
+    return "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def new_key() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+class ApiKeys:
+    def __init__(self, tenants_by_hash: dict[str, str]):
+        self._tenants = tenants_by_hash
+
+    @classmethod
+    def load(cls, path: Path) -> "ApiKeys":
+        """[[keys]] entries with `sha256` (hex or "sha256:<hex>"), `tenant` and an optional `name`."""
+        try:
+            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise KeysFileError(f"API keys file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise KeysFileError(f"API keys file {path} is not valid TOML: {exc}") from None
+        tenants = {}
+        for n, entry in enumerate(raw.get("keys", []), 1):
+            digest = str(entry.get("sha256", "")).removeprefix("sha256:")
+            tenant = entry.get("tenant")
+            if not re.fullmatch(r"[0-9a-f]{64}", digest) or not isinstance(tenant, str) or not tenant:
+                raise KeysFileError(f"{path}: keys entry {n} needs sha256 (64 hex digits) and tenant")
+            tenants["sha256:" + digest] = tenant
+        return cls(tenants)
+
+    def tenant_for(self, key: str) -> str | None:
+        # Looked up by hash: how long the lookup takes depends on the digest, not on how close a guess came.
+        return self._tenants.get(hash_key(key)) if key else None
+
+    def __len__(self) -> int:
+        return len(self._tenants)
+
+
+def add_key(path: Path, tenant: str, name: str = "") -> str:
+    """Append a new key for `tenant` to the keys file (created if missing) and return the key itself."""
+    key = new_key()
+    entry = f'\n[[keys]]\nsha256 = "{hash_key(key)}"\ntenant = {json.dumps(tenant)}\n'
+    if name:
+        entry += f"name = {json.dumps(name)}\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(entry)
+    ApiKeys.load(path)  # the file must still parse
+    return key
+
+
+class TokenBuckets:
+    """`rate` requests per second sustained, `burst` at once, per tenant."""
+
+    def __init__(self, rate: float, burst: int):
+        self.rate, self.burst = rate, burst
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # name -> (tokens, last refill)
+
+    def take(self, name: str) -> float:
+        """0 if admitted, else the seconds until a token is available."""
+        now = time.monotonic()
+        tokens, last = self._buckets.pop(name, (float(self.burst), now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        admitted = tokens >= 1
+        self._buckets[name] = (tokens - 1 if admitted else tokens, now)
+        while len(self._buckets) > MAX_BUCKETS:
+            self._buckets.popitem(last=False)
+        return 0.0 if admitted else (1 - tokens) / self.rate
+
+
+ENDPOINTS = {"/v1/ask": "ask", "/v1/chat/completions": "chat", "/v1/search": "search", "/v1/documents": "documents",
+             "/v1/partitions": "partitions", "/v1/models": "models", "/v1/engines": "engines",
+             "/v1/cache/entries": "cache"}
+
+
+@dataclass(slots=True)
+class Gate:
+    """What the middleware decides with, shared with the app (which reads `in_flight` for /metrics)."""
+    keys: ApiKeys | None
+    buckets: TokenBuckets
+    max_in_flight: int
+    on_reject: Callable[[str, str], None]  # (reason, endpoint)
+    on_finish: Callable[[RequestRecord], None]
+    in_flight: int = 0
+
+
+class Admission:
+    """ASGI middleware for /v1/ paths. Sets scope["state"]: `tenant` (the key's; None without keys),
+    `request_id`, and `record`, which the routes fill (cache layer, route, timings) and which is reported once
+    the response, streamed or not, has been sent."""
+
+    def __init__(self, app: ASGIApp, gate: Gate):
+        self.app, self.gate = app, gate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        gate = self.gate
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        given = headers.get("x-request-id", "")
+        request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
+        endpoint = _endpoint(scope["path"])
+        record = RequestRecord(request_id, endpoint, None, 0, started=time.time())
+        state = scope.setdefault("state", {})
+        state.update(request_id=request_id, record=record, tenant=None)
+        clock = time.perf_counter()
+
+        async def send_tracked(message) -> None:
+            if message["type"] == "http.response.start":
+                record.status = message["status"]
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", request_id.encode())]
+            await send(message)
+
+        try:
+            refusal = self._check(headers, scope, record)
+            if refusal is not None:
+                reason, status, message, extra = refusal
+                gate.on_reject(reason, endpoint)
+                await _refuse(send_tracked, status, reason, message, extra)
+                return
+            state["tenant"] = record.tenant
+            gate.in_flight += 1
+            try:  # a client that disconnects ends the call (Starlette cancels the stream), freeing the slot
+                await self.app(scope, receive, send_tracked)
+            finally:
+                gate.in_flight -= 1
+        finally:
+            record.timings.setdefault("total", round((time.perf_counter() - clock) * 1000, 3))
+            record.status = record.status or 500
+            gate.on_finish(record)
+
+    def _check(self, headers: dict, scope: Scope, record: RequestRecord):
+        """None to admit, else (reason, status, message, headers)."""
+        gate = self.gate
+        if gate.keys is not None:
+            auth = headers.get("authorization", "")
+            scheme, _, key = auth.partition(" ")
+            record.tenant = gate.keys.tenant_for(key.strip()) if scheme.lower() == "bearer" else None
+            if record.tenant is None:
+                message = "invalid API key" if auth else "missing API key: send Authorization: Bearer <key>"
+                return "unauthorized", 401, message, {"WWW-Authenticate": "Bearer"}
+        bucket = record.tenant if record.tenant is not None else "client:" + (scope.get("client") or ("?",))[0]
+        wait = gate.buckets.take(bucket)
+        if wait > 0:
+            return ("rate_limited", 429, f"rate limit of {gate.buckets.rate:g} requests/s exceeded",
+                    {"Retry-After": str(max(1, math.ceil(wait)))})
+        if gate.in_flight >= gate.max_in_flight:
+            return "overloaded", 503, f"{gate.in_flight} requests in progress; try again shortly", {"Retry-After": "1"}
+        return None
+
+
+def _endpoint(path: str) -> str:
+    for prefix, name in ENDPOINTS.items():
+        if path == prefix or path.startswith(prefix + "/"):
+            return name
+    return "other"
+
+
+async def _refuse(send: Send, status: int, code: str, message: str, headers: dict) -> None:
+    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+           *((k.lower().encode(), v.encode()) for k, v in headers.items())]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": body})

@@ -30,6 +30,7 @@ class AskRequest:
     max_tokens: int | None = None
     task: str = "cited"
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    timeout_s: float | None = None  # the answer's deadline from arrival; None: the server's request_timeout_s
 
 
 @dataclass(slots=True)
@@ -138,11 +139,12 @@ class Answerer:
         t = time.perf_counter()
         parts: list[str] = []
         last, finish = None, None
+        deadline = started + min(req.timeout_s or self.deadline_s, self.deadline_s)
         stream = engine.stream(prompt.text, max_tokens, self.generate.temperature, req.request_id)
         try:
             while True:
                 try:
-                    delta = await asyncio.wait_for(stream.__anext__(), started + self.deadline_s - time.perf_counter())
+                    delta = await asyncio.wait_for(stream.__anext__(), deadline - time.perf_counter())
                 except StopAsyncIteration:
                     break
                 except asyncio.TimeoutError:  # the engine's stream was cancelled, which aborts the request

@@ -192,3 +192,20 @@ def test_engine_killed_mid_stream_is_restarted(llm_served):
         again = c.post("/v1/ask", json={"tenant": "default", "question": "What is WAL mode?", "model": "large",
                                         "max_tokens": 2}).json()
     assert again["route"]["engine"] == "large" and again["degraded"] is False
+
+
+def test_an_answer_past_its_deadline_stops_and_frees_the_engine(llm_served):
+    live, _ = llm_served
+    with live.client() as c:
+        reply = c.post("/v1/ask", json={"question": "Write a long essay about partitions and tenants.",
+                                        "model": "large", "max_tokens": 400, "timeout_s": 1.5})
+        again = c.post("/v1/ask", json={"question": "Write a long essay about partitions and tenants.",
+                                        "model": "large", "max_tokens": 400, "timeout_s": 1.5}).json()
+    body = reply.json()
+    assert reply.status_code == 200 and body["finish_reason"] == "deadline", body["finish_reason"]
+    assert body["timings_ms"]["total"] < 4000 and body["usage"]["completion_tokens"] < 400
+    assert again["cache"] == "none", "an answer cut short by its deadline is never cached"
+    deadline = time.time() + 10
+    while engines(live)["large"]["in_flight"] and time.time() < deadline:
+        time.sleep(0.1)
+    assert engines(live)["large"]["in_flight"] == 0, "the engine stopped generating for it"

@@ -33,7 +33,7 @@ def answer_routes(settings: Settings, appliance: Appliance, read_body: Callable[
         require_ready()
         body = await read_body(request, ask_spec)
         req = AskRequest(body["question"], _where(body["tenant"], body["partitions"]), body["model"],
-                         body["max_tokens"], body["task"], request.state.request_id)
+                         body["max_tokens"], body["task"], request.state.request_id, body["timeout_s"])
         events = await _primed(_traced(appliance.ask(req), request.state.record))
         if body["stream"]:
             return StreamingResponse(_native_sse(events), media_type="text/event-stream",

@@ -65,6 +65,9 @@ def ask_body(settings: Settings) -> Spec:
         "stream": Spec("boolean", "Server-Sent Events: sources, then token deltas, then done.", default=False),
         "max_tokens": Spec("integer", "Answer length cap (the engine's own cap still applies).", min=1,
                            max=max(settings.small.max_tokens, settings.large.max_tokens)),
+        "timeout_s": Spec("number", "Seconds the answer may take; generation stops there with finish_reason "
+                          "\"deadline\" (default and maximum: server.request_timeout_s).", min=0.1,
+                          max=settings.server.request_timeout_s),
     })
 
 

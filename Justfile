@@ -39,6 +39,12 @@ bench-retrieval: setup
 bench-generation: setup
     {{py}} bench/generation.py
 
+# Serving benchmark: semantic cache vs GPTCache (QQP, AFQMC; 100k-entry lookups), then loopback load, full
+# appliance vs naive; writes bench/results/serving.md.
+bench-serving: setup
+    {{py}} -m pip install --quiet -e ".[{{extras}},bench]"
+    {{py}} bench/serving.py
+
 # Measure retrieval quality on a BEIR folder, e.g. `just eval ../shared/data/beir_scifact`.
 eval data: setup
     {{py}} -m appliance eval retrieval --data {{data}}

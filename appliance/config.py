@@ -137,12 +137,15 @@ class CacheSettings:
     disk_mib: int = 1024  # exact + semantic stores on disk (diskcache evicts least recently used past it)
     ttl_s: float = 7 * 24 * 3600.0  # answers expire after this
     embedding_items: int = 16384  # question vectors kept in memory
-    semantic: bool = True
-    # Cosine similarity a cached question needs before the second check looks at it (calibrated in
-    # bench/results/serving.md on QQP and AFQMC pairs)
-    semantic_threshold: float = 0.9
-    # Second check: mean MaxSim of the two questions' token vectors (MiniLM only; USE has no token vectors)
-    semantic_late_threshold: float = 0.85
+    # auto: on with MiniLM, off with USE, whose vectors could not tell AFQMC paraphrases from near-misses (every
+    # setting measured served a wrong answer for 3 of 4 hits; bench/results/serving.md); on; off
+    semantic: str = "auto"
+    # Cosine a cached question needs before the second check looks at it. Chosen on half of the QQP pairs for
+    # the fewest wrong hits: 0.95 -> 8.5 % of hits wrong on the other half (0.9 -> ~19 %; GPTCache's default 44 %).
+    semantic_threshold: float = 0.95
+    # Second check's optional late-interaction floor (mean MaxSim of the two questions' token vectors, MiniLM
+    # only); 0 = off: at cosine >= 0.9 it removed no wrong hit that the rules let through, and doubled lookup time.
+    semantic_late_threshold: float = 0.0
     semantic_max_entries: int = 100_000  # per tenant; the oldest go first
     single_flight_wait_s: float = 30.0  # identical requests wait this long for the first one's answer
 
@@ -208,6 +211,7 @@ _CHOICES = {
     ("small", "dtype"): {"auto", "bfloat16", "float16", "float32"},
     ("large", "dtype"): {"auto", "bfloat16", "float16", "float32"},
     ("telemetry", "otel_exporter"): {"none", "console", "otlp"},
+    ("cache", "semantic"): {"auto", "on", "off"},
 }
 _ENGINE_POSITIVE = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "kv_cache_gib", "max_tokens",
                     "max_waiting")
@@ -339,9 +343,10 @@ def _validate(settings: Settings) -> list[str]:
         errors.append("chunking.overlap_chars_cjk: must be at least 0 and below chunking.max_chars_cjk")
     if settings.retrieve.default_k > settings.retrieve.max_k:
         errors.append("retrieve.default_k: must not exceed retrieve.max_k")
-    for name in ("semantic_threshold", "semantic_late_threshold"):
-        if not 0 < getattr(settings.cache, name) <= 1:
-            errors.append(f"cache.{name}: must be above 0 and at most 1")
+    if not 0 < settings.cache.semantic_threshold <= 1:
+        errors.append("cache.semantic_threshold: must be above 0 and at most 1")
+    if not 0 <= settings.cache.semantic_late_threshold <= 1:
+        errors.append("cache.semantic_late_threshold: must be from 0 (off) to 1")
     if settings.telemetry.otel_exporter == "otlp" and not settings.telemetry.otel_endpoint:
         errors.append("telemetry.otel_endpoint: must be set when telemetry.otel_exporter = \"otlp\"")
     errors.extend(_validate_engines(settings))

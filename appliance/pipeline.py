@@ -131,7 +131,7 @@ class Appliance:
         disk = s.cache.disk_mib * 1024 * 1024 // 2  # half for exact answers, half for the semantic store
         self.embeddings = EmbeddingCache(s.cache.embedding_items)
         self.exact = ExactCache(s.cache_dir / "exact", s.cache.memory_items, s.cache.ttl_s, disk)
-        if s.cache.semantic:
+        if s.cache.semantic == "on" or (s.cache.semantic == "auto" and s.encoder.model == "minilm"):
             self.semantic = SemanticCache(s.cache_dir / "semantic", dim, semantic_params(s), disk)
         self.cached = CachedAnswerer(self.answerer, self.exact, self.semantic, SingleFlight(s.cache.single_flight_wait_s),
                                      self._query, self.versions, s.generate.temperature == 0)

@@ -11,7 +11,9 @@ REQUESTS, CONCURRENCY = 240, 96
 
 async def _load(url: str, key: str) -> list[tuple[int, dict, dict]]:
     """A burst well past capacity: every request a new question (no cache help), all engines on `auto`."""
-    limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
+    # a new connection per request: a kept-alive one can be closed by the server's idle timeout just as it is
+    # reused, which the client sees as a transport error that says nothing about the server under load
+    limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=0)
     results = []
     gate = asyncio.Semaphore(CONCURRENCY)
     async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits,

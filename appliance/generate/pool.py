@@ -17,11 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from ..config import EngineSettings, GenerateSettings
 from .engine import Engine
 
 log = logging.getLogger("appliance.generate")
 ROLES = ("small", "large")
+PIDS_FILE = "engine-pids.json"
 SOCKET_DIR_MAX = 60
 MAX_BACKOFF_S = 60.0
 
@@ -66,6 +69,21 @@ def detect_device(setting: str) -> str:
     return "cpu" if current_platform.is_cpu() else "gpu"
 
 
+def _reap_leftovers(pids_file: Path) -> None:
+    """End engine processes a previous run of this data folder left behind (same pid and start time)."""
+    try:
+        procs = json.loads(pids_file.read_text())
+    except (OSError, ValueError):
+        return
+    for entry in procs:
+        with contextlib.suppress(psutil.Error, KeyError, TypeError):
+            proc = psutil.Process(entry["pid"])
+            if proc.create_time() == entry["created"] and proc.name().startswith("VLLM"):
+                log.warning("ending engine process %d left by a previous run", proc.pid)
+                proc.kill()
+                proc.wait(5)
+
+
 def _socket_dir(state_dir: Path) -> Path:
     """Where vLLM puts its ZMQ socket files: inside the state folder unless its path is too long for a Unix
     socket (108 bytes with the file name, ~45 of them), then a private folder in /tmp named after it."""
@@ -97,10 +115,21 @@ class EnginePool:
 
     async def start(self) -> None:
         self._point_caches_at_state_dir()
+        _reap_leftovers(self.state_dir / PIDS_FILE)
         for engine in self.engines.values():
             async with self._start_lock:
                 await engine.start()
+            self._record_pids()
         self._supervisor = asyncio.create_task(self._supervise())
+
+    def _record_pids(self) -> None:
+        """Note the engine processes, so that a boot after this process was killed (-9) can end them: vLLM's
+        engine core outlives a parent killed that way and would hold its memory (and cores) forever."""
+        procs = []
+        for pid in (pid for engine in self.engines.values() for pid in engine.pids):
+            with contextlib.suppress(psutil.Error):
+                procs.append({"pid": pid, "created": psutil.Process(pid).create_time()})
+        (self.state_dir / PIDS_FILE).write_text(json.dumps(procs))
 
     def _point_caches_at_state_dir(self) -> None:
         # vLLM and torch write caches and ZMQ socket files: keep them inside the appliance's own folder.
@@ -181,6 +210,7 @@ class EnginePool:
                     async with self._start_lock:
                         await engine.start()
                     engine.restarts += 1
+                    self._record_pids()
                     engine.ttft_per_request_s = 0.0  # a new process: what the old one learned does not hold
                     await self._prefill(engine)
                     return

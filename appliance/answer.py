@@ -46,7 +46,7 @@ class Route:
 
 @dataclass(slots=True)
 class Sources:
-    sources: list[dict]  # see `source_dict`; plain data so that a cached answer replays the same way
+    sources: list[dict]  # see `source_dicts`; plain data so that a cached answer replays the same way
     partitions: list[str]
     route: Route
 
@@ -140,7 +140,9 @@ class Answerer:
         parts: list[str] = []
         last, finish = None, None
         deadline = started + min(req.timeout_s or self.deadline_s, self.deadline_s)
-        stream = engine.stream(prompt.text, max_tokens, self.generate.temperature, req.request_id)
+        # the client's request id may repeat (X-Request-Id); the engine needs one unique among its requests
+        engine_id = f"{req.request_id}-{uuid.uuid4().hex[:8]}"
+        stream = engine.stream(prompt.text, max_tokens, self.generate.temperature, engine_id)
         try:
             while True:
                 try:

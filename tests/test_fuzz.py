@@ -25,13 +25,6 @@ from appliance.serve.admission import hash_key
 from appliance.serve.schemas import openapi
 from support import ROOT, SCIFACT, LiveServer, beir_slice, make_settings
 
-# Routes the document lists whose handlers had not landed when this was written: not fuzzed while listed here.
-PENDING: set[tuple[str, str]] = set()
-# Starlette answers an unknown path (404) or an undeclared method (405) in plain text unless the app registers
-# appliance.serve.validation.http_error for HTTPException. Set True once app.py does; until then those two answers
-# are tolerated in plain text, and test_unrouted_requests_get_the_error_body is an expected failure.
-ROUTING_ERRORS_ARE_JSON = True
-
 MAX_BODY = 65536
 EXAMPLES = 25  # generated requests per operation (fuzzing phase), beyond the coverage phase's boundary cases
 KEEP_TENANT, KEEP_PARTITION = "kept_corpus-7Qx", "abstracts"  # matches NAME_PATTERN; no generator lands on it
@@ -75,8 +68,7 @@ DOC_KEYED = openapi(_settings(Path("unused"), ROOT / "models", Path("keys.toml")
 
 
 def _schema(doc: dict, auth: str | None = None):
-    return schemathesis.openapi.from_dict(doc, config=_config(auth)).exclude(
-        func=lambda ctx: (ctx.operation.method.upper(), ctx.operation.path) in PENDING)
+    return schemathesis.openapi.from_dict(doc, config=_config(auth))
 
 
 open_schema, keyed_schema = _schema(DOC_OPEN), _schema(DOC_KEYED, FUZZ_KEY)
@@ -121,21 +113,15 @@ def _header(response, name: str) -> str:
     return value if isinstance(value, str) else ", ".join(value)
 
 
-def plain_routing_error(response) -> bool:
-    """Starlette's own plain-text 404/405, tolerated while ROUTING_ERRORS_ARE_JSON is False."""
-    return not ROUTING_ERRORS_ARE_JSON and response.status_code in (404, 405) \
-        and response.text in ("Not Found", "Method Not Allowed")
-
-
-def check_error_contract(response, routing_pending: bool = True) -> None:
-    """No 5xx but 503 + Retry-After; every 4xx and 503 carries {"error": {"code", "message"}}. `routing_pending`:
-    let Starlette's plain 404/405 pass while ROUTING_ERRORS_ARE_JSON is False."""
+def check_error_contract(response) -> None:
+    """No 5xx but 503 + Retry-After; every 4xx and 503 (404/405 of the router too) carries
+    {"error": {"code", "message"}}."""
     status = response.status_code
     request = f"{response.request.method} {response.request.url}"
     assert status < 500 or status == 503, f"{request} -> {status}: {response.text[:500]}"
     if status in (429, 503):
         assert _header(response, "retry-after").isdigit(), f"{request} -> {status} without Retry-After"
-    if status < 400 or (routing_pending and plain_routing_error(response)):
+    if status < 400:
         return
     assert _header(response, "content-type").startswith("application/json"), \
         f"{request} -> {status} {_header(response, 'content-type')}: {response.text[:200]}"
@@ -147,8 +133,7 @@ def check_error_contract(response, routing_pending: bool = True) -> None:
 def _call_and_check(case, live) -> None:
     response = case.call(base_url=live.url, timeout=120)
     check_error_contract(response)
-    if not plain_routing_error(response):
-        case.validate_response(response, excluded_checks=[not_a_server_error])
+    case.validate_response(response, excluded_checks=[not_a_server_error])
 
 
 SETTINGS = hypothesis.settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
@@ -172,8 +157,6 @@ def test_served_documents_are_the_fuzzed_ones(open_server, keyed_server):
         served = httpx.get(live.url + "/openapi.json", timeout=30)
         assert served.status_code == 200 and served.json() == json.loads(json.dumps(doc))
     assert DOC_OPEN != DOC_KEYED  # keys change what is required (tenant) and how (security)
-    # PENDING names only routes the document lists, so emptying it fuzzes them
-    assert {(m.upper(), p) for p, ops in DOC_OPEN["paths"].items() for m in ops} >= PENDING
 
 
 def test_keys_are_enforced(keyed_server):
@@ -267,8 +250,6 @@ def test_huge_bodies_are_413(open_server):
     assert streamed.status_code == 413 and streamed.json()["error"]["code"] == "body_too_large", streamed.text
 
 
-@pytest.mark.skipif(bool(PENDING & {("GET", "/v1/cache/entries"), ("DELETE", "/v1/cache/entries/{id}")}),
-                    reason="cache routes pending")
 @pytest.mark.parametrize("method,path", [
     ("GET", "/v1/cache/entries?tenant=a&limit=%C2%B2"),  # "²": str.isdigit() says yes, int() says no
     ("GET", "/v1/cache/entries?tenant=a&limit=" + "1" * 5000),  # beyond int()'s 4300 digits
@@ -283,14 +264,12 @@ def test_integer_parameters_are_checked(open_server, method, path):
     assert reply.status_code == 422, reply.text
 
 
-@pytest.mark.xfail(not ROUTING_ERRORS_ARE_JSON, reason="app.py does not register validation.http_error yet",
-                   strict=True)
 def test_unrouted_requests_get_the_error_body(open_server):
     for method, path in [("GET", "/nope"), ("PUT", "/v1/search"), ("GET", "/v1/documents"), ("POST", "/healthz"),
                          ("DELETE", "/v1/documents/a%0Ab")]:
         reply = httpx.request(method, open_server.url + path, timeout=30)
         assert reply.status_code in (404, 405), (method, path, reply.status_code)
-        check_error_contract(reply, routing_pending=False)
+        check_error_contract(reply)
 
 
 def test_servers_survive_with_their_documents(open_server, keyed_server):

@@ -165,13 +165,14 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
         require_ready()
         tenant = tenant_of(request, request.query_params.get("tenant"))
         limit = int_param(request.query_params.get("limit"), limit_spec, "limit")
-        return JSONResponse({"tenant": tenant, "entries": appliance.cache_entries(tenant, limit)})
+        entries = await asyncio.to_thread(appliance.cache_entries, tenant, limit)  # disk reads
+        return JSONResponse({"tenant": tenant, "entries": entries})
 
     async def delete_cache_entry(request: Request) -> JSONResponse:
         require_ready()
         tenant = tenant_of(request, request.query_params.get("tenant"))
         entry_id = int_param(request.path_params["id"], entry_spec, "id")
-        if not appliance.delete_cache_entry(tenant, entry_id):
+        if not await asyncio.to_thread(appliance.delete_cache_entry, tenant, entry_id):
             raise BadRequest(f"no cache entry {entry_id} for tenant {tenant!r}", "id", status=404, code="not_found")
         return JSONResponse({"id": entry_id, "deleted": True})
 
@@ -195,12 +196,12 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
 
     async def bad_request(request: Request, exc: BadRequest) -> JSONResponse:
         if exc.status in (400, 413, 422):
-            metrics.rejected("too_large" if exc.status == 413 else "invalid", request.state.record.endpoint
-                             if "record" in request.scope.get("state", {}) else "other")
+            metrics.rejected("too_large" if exc.status == 413 else "invalid", _endpoint_of(request))
         headers = {"Retry-After": "1"} if exc.status == 503 else None
         return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
     async def busy(request: Request, exc: EncoderBusy) -> JSONResponse:
+        metrics.rejected("overloaded", _endpoint_of(request))
         return JSONResponse({"error": {"code": "overloaded", "message": str(exc)}}, status_code=503,
                             headers={"Retry-After": "1"})
 
@@ -245,3 +246,8 @@ def create_app(settings: Settings, appliance: Appliance | None = None) -> Starle
                     exception_handlers={BadRequest: bad_request, EncoderBusy: busy, HTTPException: http_error})
     app.state.appliance = appliance
     return app
+
+
+def _endpoint_of(request: Request) -> str:
+    record = request.scope.get("state", {}).get("record")  # set by the admission middleware on /v1/ paths
+    return record.endpoint if record is not None else "other"

@@ -7,6 +7,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -44,7 +45,6 @@ def _git(*cmd: str) -> str | None:
 def write_results(out: Path, results: dict, markdown, started: float, judge, log) -> None:
     """Close a run: wall time, load at the end, verdicts (`judge(results)`), then out.json and out.md."""
     import json
-    import time
 
     results["meta"]["wall_s"] = round(time.perf_counter() - started, 1)
     results["meta"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
@@ -53,3 +53,10 @@ def write_results(out: Path, results: dict, markdown, started: float, judge, log
     out.with_suffix(".json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
     out.with_suffix(".md").write_text(markdown(results))
     log(f"wrote {out.with_suffix('.md')} and .json")
+
+
+def progress_log(started: float):
+    """A `log(message)` that prints each line with the seconds since `started` (time.perf_counter())."""
+    def log(message: str) -> None:
+        print(f"[{time.perf_counter() - started:6.0f}s] {message}", flush=True)
+    return log

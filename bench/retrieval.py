@@ -161,9 +161,7 @@ def bench_peers(spec, data, corpus, speed: list[str], load: list[str], vectors: 
 async def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
-
-    def log(message: str) -> None:
-        print(f"[{time.perf_counter() - started:6.0f}s] {message}", flush=True)
+    log = machine.progress_log(started)
 
     results: dict = {"meta": report.machine_info(args), "datasets": {}}
     scale_source, scale_default_late = None, False

@@ -63,9 +63,7 @@ def run_cache(args, log) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
-
-    def log(message: str) -> None:
-        print(f"[{time.perf_counter() - started:6.0f}s] {message}", flush=True)
+    log = machine.progress_log(started)
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     previous = {}

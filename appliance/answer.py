@@ -140,9 +140,7 @@ class Answerer:
         parts: list[str] = []
         last, finish = None, None
         deadline = started + min(req.timeout_s or self.deadline_s, self.deadline_s)
-        # the client's request id may repeat (X-Request-Id); the engine needs one unique among its requests
-        engine_id = f"{req.request_id}-{uuid.uuid4().hex[:8]}"
-        stream = engine.stream(prompt.text, max_tokens, self.generate.temperature, engine_id)
+        stream = engine.stream(prompt.text, max_tokens, self.generate.temperature, req.request_id)
         try:
             while True:
                 try:

@@ -146,7 +146,8 @@ class Engine:
             raise EngineDown(f"{self.role} engine is {self.state}")
         params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=0 if temperature else None,
                                 output_kind=RequestOutputKind.DELTA)
-        request_id = request_id or uuid.uuid4().hex
+        # vLLM needs ids unique among its requests; a caller's id (a client's X-Request-Id) may repeat
+        request_id = f"{request_id}-{uuid.uuid4().hex[:8]}" if request_id else uuid.uuid4().hex
         sharing = self.in_flight + 1
         self.in_flight += 1
         produced = 0

@@ -9,25 +9,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import unicodedata
+
+from ..text.normalise import fold, strip_punctuation
 
 _CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
 _SPACE_NEAR_CJK = re.compile(rf"(?<=[{_CJK}]) | (?=[{_CJK}])")
 
 
 def normalise(text: str) -> str:
-    text = unicodedata.normalize("NFKC", text).casefold()
-    out = []
-    for i, ch in enumerate(text):
-        if unicodedata.category(ch)[0] == "P" and not _inside_number(text, i):
-            out.append(" ")
-        else:
-            out.append(ch)
-    return _SPACE_NEAR_CJK.sub("", " ".join("".join(out).split()))
-
-
-def _inside_number(text: str, i: int) -> bool:
-    return 0 < i < len(text) - 1 and text[i - 1].isdigit() and text[i + 1].isdigit()
+    """The router's normal form of a question, without the spaces next to CJK characters."""
+    return _SPACE_NEAR_CJK.sub("", strip_punctuation(fold(text)))
 
 
 def answer_key(question: str, tenant: str, versions: dict[str, int], scope: str) -> str:

@@ -12,11 +12,13 @@ import math
 import os
 import re
 import time
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
+from ..text.normalise import fold as _fold
+from ..text.normalise import strip_punctuation as _strip
 
 FORMAT = 1
 # L2 penalties, chosen by 5-fold CV on the 682 labelled questions: strong on the embedding block (384+ weights for
@@ -27,21 +29,6 @@ MAX_CONTEXT_SMALL = 6000  # tokens of retrieved context above which the small mo
 FEATURES = ("log_words", "comparison", "log_steps", "log_maths")
 
 
-def _punctuation_table() -> dict[int, str | None]:
-    # BMP only (17 ms at import; the whole range takes 0.3 s): punctuation -> space, format chars (zero-width
-    # spaces etc.) deleted. '.' and ',' are handled by _LOOSE_SEP so that 3.5 and 1,000 stay one number.
-    table: dict[int, str | None] = {}
-    for i in range(0x10000):
-        cat = unicodedata.category(chr(i))
-        if cat == "Cf":
-            table[i] = None
-        elif cat[0] == "P" and chr(i) not in ".,":
-            table[i] = " "
-    return table
-
-
-_PUNCT = _punctuation_table()
-_LOOSE_SEP = re.compile(r"[.,](?:(?!\d)|(?<!\d.))")  # a '.' or ',' that is not inside a number
 _NUMBER = re.compile(r"\d")
 # Word lists over normalised tokens (sets, not regex alternations: 5x faster on a long prompt).
 _COMPARE_WORDS = frozenset("both same compare compared comparison versus vs than".split())
@@ -61,14 +48,6 @@ _CODE = re.compile(r"```|>>>|^\s*(?:def|class)\s+\w+\s*[(:]|^\s*(?:from\s+[\w.]+
                    re.M)
 _MATHS_EXPR = re.compile(r"\d\s*[+*×÷^=]\s*[\d(a-z]|[a-z)]\s*[+*^=]\s*\d|\d\s*%\s*of\s*\d"
                          r"|\b(?:solve|calculate|compute)\b.*\d")
-
-
-def _fold(text: str) -> str:
-    return unicodedata.normalize("NFKC", text).casefold()
-
-
-def _strip(folded: str) -> str:
-    return " ".join(_LOOSE_SEP.sub(" ", folded.translate(_PUNCT)).split())
 
 
 def normalise_question(text: str) -> str:

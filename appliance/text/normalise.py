@@ -14,6 +14,33 @@ def normalise(text: str) -> str:
     return _SPACE.sub(" ", unicodedata.normalize("NFKC", text)).strip()
 
 
+def _punctuation_table() -> dict[int, str | None]:
+    # BMP only (17 ms at import; the whole range takes 0.3 s): punctuation -> space, format chars (zero-width
+    # spaces etc.) deleted. '.' and ',' are handled by _LOOSE_SEP so that 3.5 and 1,000 stay one number.
+    table: dict[int, str | None] = {}
+    for i in range(0x10000):
+        cat = unicodedata.category(chr(i))
+        if cat == "Cf":
+            table[i] = None
+        elif cat[0] == "P" and chr(i) not in ".,":
+            table[i] = " "
+    return table
+
+
+_PUNCT = _punctuation_table()
+_LOOSE_SEP = re.compile(r"[.,](?:(?!\d)|(?<!\d.))")  # a '.' or ',' that is not inside a number
+
+
+def fold(text: str) -> str:
+    """NFKC (full-width to half-width) and case-folded."""
+    return unicodedata.normalize("NFKC", text).casefold()
+
+
+def strip_punctuation(folded: str) -> str:
+    """Punctuation out (kept inside numbers), whitespace collapsed."""
+    return " ".join(_LOOSE_SEP.sub(" ", folded.translate(_PUNCT)).split())
+
+
 def has_cjk(text: str, share: float = 0.2) -> bool:
     """True when at least `share` of the non-space characters are CJK."""
     chars = len(text) - text.count(" ")

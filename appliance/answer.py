@@ -1,32 +1,32 @@
 """The answer path: retrieve -> route -> prompt -> stream tokens, as a sequence of events.
 
-The HTTP layer turns the events into JSON, native SSE or OpenAI chunks; nothing here knows about HTTP. When no
-engine can take a request (both down, or queues full) the answer degrades to the retrieved passages, flagged
-`degraded`, instead of failing: the caller still gets what the documents say.
+The HTTP layer turns the events into JSON, native SSE or OpenAI chunks; nothing here knows about HTTP, vLLM or
+which roles exist: engines come from an `EngineSet`. When no engine can take a request (all down, or queues
+full) the answer degrades to the retrieved passages, flagged `degraded`, instead of failing: the caller still
+gets what the documents say.
 """
 from __future__ import annotations
 
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from .config import GenerateSettings, RouterSettings
-from .generate import EngineDown, EnginePool, Passage, Router, build_prompt, normalise_question
-from .generate.prompts import PROMPT_VERSION
-from .retrieve import Hit, PartitionFilter
+from .generate import EngineDown, EngineSet, Passage, Router, TextEngine, build_prompt
+from .retrieve import Hit, PartitionFilter, Retriever, SearchResult
+from .text import normalise_question
+from .timings import Stage, Timings, ms_since
 
-MODEL_CHOICES = ("auto", "small", "large")
+AUTO = "auto"
 
 
 @dataclass(slots=True)
 class AskRequest:
     question: str
     where: PartitionFilter
-    model: str = "auto"
+    model: str = AUTO  # "auto" (the router picks) or an engine role
     max_tokens: int | None = None
     task: str = "cited"
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
@@ -40,13 +40,35 @@ class Route:
     reason: str
     p_large: float | None = None
 
-    def as_dict(self) -> dict:
-        return {"engine": self.engine, "requested": self.requested, "reason": self.reason, "p_large": self.p_large}
+
+@dataclass(slots=True, frozen=True)
+class Source:
+    """A passage given to the model, numbered as the answer cites it."""
+    n: int
+    document_id: str
+    chunk_id: int
+    partition: str
+    title: str
+    source: str
+    text: str
+    score: float
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_prompt_tokens: int = 0  # prompt tokens served from the prefix cache
+    passages_in_prompt: int | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
 
 
 @dataclass(slots=True)
 class Sources:
-    sources: list[dict]  # see `source_dicts`; plain data so that a cached answer replays the same way
+    sources: list[Source]
     partitions: list[str]
     route: Route
 
@@ -61,9 +83,9 @@ class Done:
     text: str
     route: Route
     degraded: bool
-    finish_reason: str
-    usage: dict
-    timings: dict
+    finish_reason: str  # stop, length, deadline, degraded
+    usage: Usage
+    timings: Timings
     cache: str = "none"  # the layer that answered: exact, semantic or none
 
 
@@ -75,41 +97,39 @@ class Failed:
 
 
 Event = Sources | Token | Done | Failed
-SearchFn = Callable[[str, PartitionFilter, int], Awaitable]  # -> pipeline.SearchResult
-EncodeFn = Callable[[str], Awaitable[np.ndarray]]
 
 
 class Answerer:
-    def __init__(self, pool: EnginePool | None, router: Router | None, generate: GenerateSettings,
-                 routing: RouterSettings, search: SearchFn, encode: EncodeFn, deadline_s: float = 3600.0):
-        self.pool, self.router, self.generate, self.routing = pool, router, generate, routing
-        self._search, self._encode = search, encode
+    def __init__(self, retriever: Retriever, engines: EngineSet, router: Router | None, generate: GenerateSettings,
+                 routing: RouterSettings, deadline_s: float = 3600.0):
+        self.retriever, self.engines, self.router = retriever, engines, router
+        self.generate, self.routing = generate, routing
         self.deadline_s = deadline_s  # from the request's arrival to its last token
 
     async def ask(self, req: AskRequest) -> AsyncIterator[Event]:
         started = time.perf_counter()
-        want_route = self.pool is not None and req.model == "auto" and self.router is not None
-        if want_route:
-            result, embedding = await asyncio.gather(self._search(req.question, req.where, self.generate.passages),
-                                                     self._encode(normalise_question(req.question)))
+        search = self.retriever.search(req.question, req.where, self.generate.passages)
+        if self.engines and req.model == AUTO and self.router is not None:
+            result, query = await asyncio.gather(search, self.retriever.encode(normalise_question(req.question),
+                                                                            req.where.tenant))
+            embedding = query.dense
         else:
-            result, embedding = await self._search(req.question, req.where, self.generate.passages), None
-        timings = dict(result.timings)
+            result, embedding = await search, None
+        timings = result.timings.copy()
         t = time.perf_counter()
         route, engine = self._route(req, embedding, len(result.hits))
-        timings["route"] = _ms(t)
-        yield Sources(source_dicts(result.hits), result.partitions, route)
+        timings.since(Stage.ROUTE, t)
+        yield Sources(sources_of(result.hits), result.partitions, route)
         if engine is None:
-            timings["total"] = _ms(started)
-            yield Done(retrieval_only(result.hits, route.reason), route, True, "degraded", _usage(0, 0, 0), timings)
+            yield _degraded(result, route, route.reason, timings, started)
             return
-        async for event in self._generate(req, engine, route, result.hits, timings, started):
+        async for event in self._generate(req, engine, route, result, timings, started):
             yield event
 
-    def _route(self, req: AskRequest, embedding, n_passages: int):
-        if self.pool is None:
+    def _route(self, req: AskRequest, embedding, n_passages: int) -> tuple[Route, TextEngine | None]:
+        if not self.engines:
             return Route(None, req.model, "generation is turned off (generate.enabled = false)"), None
-        if req.model != "auto":
+        if req.model != AUTO:
             preferred, reason, p_large = req.model, "requested by the client", None
         elif self.router is None:
             words = len(req.question.split())
@@ -119,23 +139,22 @@ class Answerer:
             decision = self.router.decide(req.question, embedding, self.routing.bias, self.routing.max_words_small,
                                           context_tokens=n_passages * 200)
             preferred, reason, p_large = decision.engine, decision.reason, decision.p_large
-        pick = self.pool.pick(preferred, forced=req.model != "auto")
+        pick = self.engines.pick(preferred, forced=req.model != AUTO)
         if pick.engine is None:
             return Route(None, req.model, f"{reason}; degraded to retrieval only: {pick.reason}", p_large), None
         if pick.reason:
             reason = f"{reason}; {pick.reason}"
         return Route(pick.engine.role, req.model, reason, p_large), pick.engine
 
-    async def _generate(self, req: AskRequest, engine, route: Route, hits: list[Hit], timings: dict,
-                        started: float) -> AsyncIterator[Event]:
+    async def _generate(self, req: AskRequest, engine: TextEngine, route: Route, result: SearchResult,
+                        timings: Timings, started: float) -> AsyncIterator[Event]:
         t = time.perf_counter()
-        budget = self.generate.context_tokens // (2 if engine.role == "small" else 1)
-        limit = engine.spec.max_tokens
-        max_tokens = min(req.max_tokens or self._default_max_tokens(req.task), limit)
-        budget = max(0, min(budget, engine.spec.max_model_len - max_tokens - 400))  # room for prefix and question
+        max_tokens = min(req.max_tokens or self._default_max_tokens(req.task), engine.limits.max_tokens)
+        # room for the system prefix and the question beside the passages and the answer
+        budget = max(0, min(engine.limits.context_tokens, engine.limits.max_model_len - max_tokens - 400))
         prompt = build_prompt(engine.tokenizer, req.task, self.generate.concise,
-                              [Passage(h.chunk.title, h.chunk.text) for h in hits], req.question, budget)
-        timings["prompt"] = _ms(t)
+                              [Passage(h.chunk.title, h.chunk.text) for h in result.hits], req.question, budget)
+        timings.since(Stage.PROMPT, t)
         t = time.perf_counter()
         parts: list[str] = []
         last, finish = None, None
@@ -151,46 +170,49 @@ class Answerer:
                     finish = "deadline"
                     break
                 if last is None:
-                    timings["ttft"] = _ms(started)
+                    timings.set(Stage.TTFT, ms_since(started))
                 last = delta
                 if delta.text:
                     parts.append(delta.text)
                     yield Token(delta.text)
         except EngineDown as exc:
-            self.pool.report_dead(engine)
+            self.engines.report_dead(engine)
             if last is not None:
                 yield Failed(f"{exc}; the answer is incomplete", route)
                 return
-            # nothing was sent yet: the request can still be answered by the other engine, or retrieval-only
-            pick = self.pool.pick("large" if engine.role == "small" else "small", forced=req.model != "auto")
-            route.reason += f"; {exc}"
-            if pick.engine is None:
-                route.engine = None
-                route.reason += "; degraded to retrieval only"
-                timings["total"] = _ms(started)
-                yield Done(retrieval_only(hits, str(exc)), route, True, "degraded", _usage(0, 0, 0), timings)
-                return
-            route.engine = pick.engine.role
-            async for event in self._generate(req, pick.engine, route, hits, timings, started):
+            async for event in self._retry(req, engine, route, result, timings, started, exc):
                 yield event
             return
         finally:
             await stream.aclose()
-        timings["generation"] = _ms(t)
-        timings["total"] = _ms(started)
-        usage = _usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens) if last else _usage(0, 0, 0)
-        usage["passages_in_prompt"] = prompt.passages_used
-        finish = finish or (last.finish_reason if last else None) or "stop"
-        yield Done("".join(parts), route, False, finish, usage, timings)
+        timings.since(Stage.GENERATION, t)
+        timings.set(Stage.TOTAL, ms_since(started))
+        usage = Usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens) if last else Usage()
+        usage.passages_in_prompt = prompt.passages_used
+        yield Done("".join(parts), route, False, finish or (last.finish_reason if last else None) or "stop", usage,
+                   timings)
+
+    async def _retry(self, req: AskRequest, failed: TextEngine, route: Route, result: SearchResult,
+                     timings: Timings, started: float, exc: EngineDown) -> AsyncIterator[Event]:
+        """Nothing was sent yet: another engine can still answer, else retrieval-only."""
+        pick = self.engines.pick(failed.role, exclude=(failed.role,))
+        route.reason += f"; {exc}"
+        if pick.engine is None:
+            route.engine = None
+            route.reason += "; degraded to retrieval only"
+            yield _degraded(result, route, str(exc), timings, started)
+            return
+        route.engine = pick.engine.role
+        async for event in self._generate(req, pick.engine, route, result, timings, started):
+            yield event
 
     def _default_max_tokens(self, task: str) -> int:
         return self.generate.max_tokens_concise if task == "concise" else self.generate.max_tokens_cited
 
 
-def source_dicts(hits: list[Hit]) -> list[dict]:
-    return [{"n": n, "document_id": h.chunk.doc_key, "chunk_id": h.chunk.chunk_id, "partition": h.partition,
-             "title": h.chunk.title, "source": h.chunk.source, "text": h.chunk.text, "score": h.score}
-            for n, h in enumerate(hits, 1)]
+def sources_of(hits: list[Hit]) -> list[Source]:
+    return [Source(n, h.chunk.doc_key, h.chunk.chunk_id, h.partition, h.chunk.title, h.chunk.source, h.chunk.text,
+                   h.score) for n, h in enumerate(hits, 1)]
 
 
 def retrieval_only(hits: list[Hit], reason: str) -> str:
@@ -203,14 +225,6 @@ def retrieval_only(hits: list[Hit], reason: str) -> str:
     return "\n".join(lines)
 
 
-def _usage(prompt: int, completion: int, cached: int) -> dict:
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "cached_prompt_tokens": cached}
-
-
-def _ms(since: float) -> float:
-    return round((time.perf_counter() - since) * 1000, 3)
-
-
-__all__ = ["AskRequest", "Answerer", "Done", "Event", "Failed", "MODEL_CHOICES", "PROMPT_VERSION", "Route",
-           "Sources", "Token", "retrieval_only", "source_dicts"]
+def _degraded(result: SearchResult, route: Route, reason: str, timings: Timings, started: float) -> Done:
+    timings.set(Stage.TOTAL, ms_since(started))
+    return Done(retrieval_only(result.hits, reason), route, True, "degraded", Usage(), timings)

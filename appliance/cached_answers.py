@@ -9,33 +9,35 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict
 
-from .answer import Answerer, AskRequest, Done, Route, Sources, Token
+from .answer import Answerer, AskRequest, Done, Event, Route, Source, Sources, Token, Usage
 from .cache import ExactCache, SemanticCache, SingleFlight, answer_key
-from .generate.prompts import PROMPT_VERSION
-from .retrieve import PartitionFilter
+from .generate import PROMPT_VERSION
+from .retrieve import PartitionFilter, Retriever
+from .timings import Stage, Timings, ms_since
 
 CACHEABLE_FINISH = ("stop", "length")  # "deadline" answers are cut short by load, not by the question
 
 
 class CachedAnswerer:
-    def __init__(self, answerer: Answerer, exact: ExactCache, semantic: SemanticCache | None, flight: SingleFlight,
-                 encode: Callable[[str], Awaitable], versions: Callable[[PartitionFilter], dict[str, int]],
-                 deterministic: bool):
-        self.answerer, self.exact, self.semantic, self.flight = answerer, exact, semantic, flight
-        self._encode, self._versions = encode, versions
+    def __init__(self, answerer: Answerer, retriever: Retriever, exact: ExactCache, semantic: SemanticCache | None,
+                 flight: SingleFlight, versions: Callable[[PartitionFilter], dict[str, int]], deterministic: bool):
+        self.answerer, self.retriever, self.flight = answerer, retriever, flight
+        self.exact, self.semantic = exact, semantic
+        self._versions = versions
         self.deterministic = deterministic  # temperature 0: the same prompt gives the same answer
 
-    async def ask(self, req: AskRequest) -> AsyncIterator:
+    async def ask(self, req: AskRequest) -> AsyncIterator[Event]:
         started = time.perf_counter()
-        timings: dict[str, float] = {}
+        timings = Timings()
         versions = self._versions(req.where)
         scope = f"{PROMPT_VERSION}|{req.model}|{req.task}|{req.max_tokens}"
         key = answer_key(req.question, req.where.tenant, versions, scope)
         t = time.perf_counter()
         cached = await asyncio.to_thread(self._exact_get, key, req.where.tenant)
-        timings["exact_cache"] = _ms(t)
+        timings.since(Stage.EXACT_CACHE, t)
         if cached is None and not self.flight.lead(key):
             cached = await self.flight.wait(key)  # an identical request is computing it: share its answer
             leader = False
@@ -48,13 +50,13 @@ class CachedAnswerer:
         payload = None
         try:
             t = time.perf_counter()
-            query = await self._encode(req.question)
-            timings["encode"] = _ms(t)
+            query = await self.retriever.encode(req.question, req.where.tenant)
+            timings.since(Stage.ENCODE, t)
             if self.semantic is not None:
                 t = time.perf_counter()
                 found = await asyncio.to_thread(self.semantic.lookup, req.where.tenant, scope, req.question,
-                                                query.dense, versions, query.tokens)
-                timings["semantic_cache"] = _ms(t)
+                                                query.dense, versions, query.tokens, query.unknown)
+                timings.since(Stage.SEMANTIC_CACHE, t)
                 if found.hit is not None:
                     payload = {**found.hit.payload, "entry_id": found.hit.entry_id}
                     await asyncio.to_thread(self.exact.put, key, payload)
@@ -69,9 +71,8 @@ class CachedAnswerer:
                 elif isinstance(event, Token):
                     parts.append(event.text)
                 elif isinstance(event, Done):
-                    for stage, ms in timings.items():
-                        event.timings[stage] = round(event.timings.get(stage, 0.0) + ms, 3)
-                    event.timings["total"] = _ms(started)
+                    event.timings.merge(timings)
+                    event.timings.set(Stage.TOTAL, ms_since(started))
                     if self._cacheable(event) and sources is not None:
                         payload = _payload(event, sources)
                         await asyncio.to_thread(self._fill, key, req, scope, query, versions, payload)
@@ -86,8 +87,10 @@ class CachedAnswerer:
 
     def _fill(self, key: str, req: AskRequest, scope: str, query, versions: dict[str, int], payload: dict) -> None:
         if self.semantic is not None:
-            payload["entry_id"] = self.semantic.store(req.where.tenant, scope, req.question, query.dense, versions,
-                                                      payload, query.tokens)
+            entry_id = self.semantic.store(req.where.tenant, scope, req.question, query.dense, versions, payload,
+                                           query.tokens, query.unknown)
+            if entry_id is not None:  # None: a question its encoder cannot represent has no semantic entry
+                payload["entry_id"] = entry_id
         self.exact.put(key, payload)
 
     def _exact_get(self, key: str, tenant: str) -> dict | None:
@@ -102,22 +105,18 @@ class CachedAnswerer:
 
 
 def _payload(done: Done, sources: Sources) -> dict:
-    return {"answer": done.text, "finish_reason": done.finish_reason, "route": done.route.as_dict(),
-            "sources": sources.sources, "partitions": sources.partitions, "usage": done.usage,
-            "cached_at": time.time()}
+    """What is stored: plain data (diskcache pickles it; a restart must read it back whatever the classes became)."""
+    return {"answer": done.text, "finish_reason": done.finish_reason, "route": asdict(done.route),
+            "sources": [asdict(s) for s in sources.sources], "partitions": sources.partitions,
+            "usage": asdict(done.usage), "cached_at": time.time()}
 
 
-def _replay(payload: dict, layer: str, req: AskRequest, timings: dict, started: float):
+def _replay(payload: dict, layer: str, req: AskRequest, timings: Timings, started: float):
     """A cached answer as the same events a fresh one gives: sources, the text as one token, done."""
     first = payload["route"]
     route = Route(first.get("engine"), req.model, f"cached answer ({layer}); first answered by "
                   f"{first.get('engine')}", first.get("p_large"))
-    yield Sources(payload["sources"], payload["partitions"], route)
+    yield Sources([Source(**s) for s in payload["sources"]], payload["partitions"], route)
     yield Token(payload["answer"])
-    usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "cached_prompt_tokens": 0}
-    timings["total"] = _ms(started)
-    yield Done(payload["answer"], route, False, payload["finish_reason"], usage, dict(timings), cache=layer)
-
-
-def _ms(since: float) -> float:
-    return round((time.perf_counter() - since) * 1000, 3)
+    timings.set(Stage.TOTAL, ms_since(started))
+    yield Done(payload["answer"], route, False, payload["finish_reason"], Usage(), timings.copy(), cache=layer)

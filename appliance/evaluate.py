@@ -19,8 +19,8 @@ import numpy as np
 
 from .config import Settings
 from .ingest import DocumentInput
-from .pipeline import Appliance
-from .retrieve import PartitionFilter
+from .retrieve import PartitionFilter, Retriever
+from .wiring import open_services
 
 EVAL_TENANT, EVAL_PARTITION = "eval", "corpus"
 RECALL_CHUNKS = 150  # chunks fetched for recall@100: documents have ~1.6 chunks each, ranked by their best
@@ -79,7 +79,7 @@ def mrr_at(ranked: list[str], relevant: dict[str, int], k: int = 10) -> float:
     return 0.0
 
 
-async def score_queries(appliance: Appliance, data: BeirData, mode: str = "hybrid",
+async def score_queries(retriever: Retriever, data: BeirData, mode: str = "hybrid",
                         late_interaction: bool | None = None, tenant: str = EVAL_TENANT) -> dict[str, float]:
     """Run every judged query through the in-process search path and average the metrics."""
     ndcg, recall, mrr, latency = [], [], [], []
@@ -87,12 +87,12 @@ async def score_queries(appliance: Appliance, data: BeirData, mode: str = "hybri
     for qid, text in data.queries.items():
         relevant = data.qrels[qid]
         started = time.perf_counter()
-        page = await appliance.search(text, where, k=10, late_interaction=late_interaction, mode=mode)
+        page = await retriever.search(text, where, k=10, late_interaction=late_interaction, mode=mode)
         latency.append((time.perf_counter() - started) * 1000)
         ranked = list(dict.fromkeys(h.chunk.doc_key for h in page.hits))
         ndcg.append(ndcg_at(ranked, relevant))
         mrr.append(mrr_at(ranked, relevant))
-        deep = await appliance.search(text, where, k=RECALL_CHUNKS, late_interaction=late_interaction, mode=mode)
+        deep = await retriever.search(text, where, k=RECALL_CHUNKS, late_interaction=late_interaction, mode=mode)
         recall.append(recall_at(list(dict.fromkeys(h.chunk.doc_key for h in deep.hits)), relevant))
     return {
         "ndcg@10": round(float(np.mean(ndcg)), 4), "recall@100": round(float(np.mean(recall)), 4),
@@ -106,15 +106,12 @@ async def evaluate_retrieval(settings: Settings, folder: Path, split: str = "tes
     """Ingest the folder's corpus into a fresh temporary store, then score its judged queries."""
     data = load_beir(folder, split)
     with tempfile.TemporaryDirectory(prefix="appliance-eval-") as tmp:
-        appliance = Appliance(replace(settings, data_dir=Path(tmp), demo_corpus=False))
-        await appliance.start(warm_up=False, generation=False)
-        try:
+        fresh = replace(settings, data_dir=Path(tmp), demo_corpus=False)
+        async with open_services(fresh, warm_up=False, generation=False) as services:
             docs = beir_documents(data.corpus)
             for start in range(0, len(docs), 256):
-                await appliance.ingest(EVAL_TENANT, EVAL_PARTITION, docs[start:start + 256], wait=False)
+                await services.library.ingest(EVAL_TENANT, EVAL_PARTITION, docs[start:start + 256], wait=False)
                 if progress:
                     progress(min(start + 256, len(docs)), len(docs))
-            await appliance.ingest(EVAL_TENANT, EVAL_PARTITION, [], wait=True)
-            return await score_queries(appliance, data, mode, late_interaction)
-        finally:
-            await appliance.stop()
+            await services.library.ingest(EVAL_TENANT, EVAL_PARTITION, [], wait=True)
+            return await score_queries(services.retriever, data, mode, late_interaction)

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the generation_kit package beside this file
 
 import machine  # noqa: E402
-from appliance.generate.engine import cpu_has_native_bf16, resolve_dtype  # noqa: E402
+from appliance.generate.platform import cpu_has_native_bf16, resolve_dtype  # noqa: E402
 from generation_kit import report, targets  # noqa: E402
 from generation_kit.data import CACHE, REPO, resolve_model  # noqa: E402
 

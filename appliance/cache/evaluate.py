@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .keys import normalise
+from ..text import question_key
 from .semantic import SemanticCache, SemanticParams
 
 SCOPE = "eval"
@@ -43,26 +43,28 @@ def load_pairs(path: Path) -> list[Pair]:
 
 
 def evaluate_pairs(pairs: list[Pair], encode, params: SemanticParams, folder: Path | None = None) -> dict:
-    """`encode(texts) -> (dense (n, dim), tokens list or None)`. Returns the counts and lookup latency."""
+    """`encode(texts) -> (dense (n, dim), tokens list or None[, unknown word-piece shares (n,)])`. Returns the
+    counts and lookup latency; questions the encoder cannot represent are neither stored nor answered."""
     texts_a = list(dict.fromkeys(p.a for p in pairs))
-    dense_a, tokens_a = encode(texts_a)
-    dense_b, tokens_b = encode([p.b for p in pairs])
+    dense_a, tokens_a, unknown_a = _unpack(encode(texts_a))
+    dense_b, tokens_b, unknown_b = _unpack(encode([p.b for p in pairs]))
     with tempfile.TemporaryDirectory() as tmp:
         cache = SemanticCache(Path(folder or tmp) / "semantic", dense_a.shape[1], params, 1 << 34)
         try:
             for i, text in enumerate(texts_a):
                 cache.store("eval", SCOPE, text, dense_a[i], {}, {"answer": text},
-                            None if tokens_a is None else tokens_a[i])
+                            None if tokens_a is None else tokens_a[i], float(unknown_a[i]))
+            stored, refused = len(cache), int((unknown_b > params.max_unknown).sum())
             right = wrong = 0
             latencies = []
             for i, pair in enumerate(pairs):
                 started = time.perf_counter()
                 found = cache.lookup("eval", SCOPE, pair.b, dense_b[i], {},
-                                     None if tokens_b is None else tokens_b[i])
+                                     None if tokens_b is None else tokens_b[i], float(unknown_b[i]))
                 latencies.append((time.perf_counter() - started) * 1000)
                 if found.hit is None:
                     continue
-                if pair.label == 1 and normalise(found.hit.question) == normalise(pair.a):
+                if pair.label == 1 and question_key(found.hit.question) == question_key(pair.a):
                     right += 1
                 else:
                     wrong += 1
@@ -70,10 +72,17 @@ def evaluate_pairs(pairs: list[Pair], encode, params: SemanticParams, folder: Pa
             cache.close()
     hits = right + wrong
     return {
-        "pairs": len(pairs), "duplicates": sum(p.label for p in pairs), "stored": len(texts_a),
+        "pairs": len(pairs), "duplicates": sum(p.label for p in pairs), "stored": stored, "refused": refused,
         "right_hits": right, "wrong_hits": wrong, "hit_rate": round(hits / len(pairs), 4) if pairs else 0.0,
         "wrong_hit_share": round(wrong / hits, 4) if hits else 0.0,
         "p50_lookup_ms": round(float(np.percentile(latencies, 50)), 3) if latencies else None,
         "p99_lookup_ms": round(float(np.percentile(latencies, 99)), 3) if latencies else None,
-        "threshold": params.threshold, "late_threshold": params.late_threshold,
+        "threshold": params.threshold, "late_threshold": params.late_threshold, "max_unknown": params.max_unknown,
     }
+
+
+def _unpack(encoded: tuple) -> tuple[np.ndarray, list | None, np.ndarray]:
+    """(dense, tokens, unknown shares), with full coverage where the encoder reports none."""
+    dense, tokens = encoded[0], encoded[1]
+    unknown = encoded[2] if len(encoded) > 2 and encoded[2] is not None else np.zeros(len(dense), np.float32)
+    return dense, tokens, np.asarray(unknown, np.float32)

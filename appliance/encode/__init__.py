@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .base import Encoded, Encoder
-from .batcher import EncoderBusy, MicroBatcher, Query
+from .batcher import BatchStats, EncoderBusy, MicroBatcher, Query
 
 
 def load_encoder(model: str, model_dir: Path, threads: int = 2, max_length: int = 256) -> Encoder:
@@ -20,4 +20,4 @@ def load_encoder(model: str, model_dir: Path, threads: int = 2, max_length: int 
     raise ValueError(f"unknown encoder {model!r}")
 
 
-__all__ = ["Encoded", "Encoder", "EncoderBusy", "MicroBatcher", "Query", "load_encoder"]
+__all__ = ["BatchStats", "Encoded", "Encoder", "EncoderBusy", "MicroBatcher", "Query", "load_encoder"]

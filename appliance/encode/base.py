@@ -11,6 +11,9 @@ import numpy as np
 class Encoded:
     dense: np.ndarray  # (n, dim) float32, L2-normalised
     tokens: list[np.ndarray] | None  # per text (tokens, dim) float16, L2-normalised; None if the model has none
+    # Per text, the share of its word pieces the encoder could not represent ([UNK]); None: all of it. Texts made
+    # mostly of unknown pieces get near-identical vectors, so a similarity between them means nothing.
+    unknown: np.ndarray | None = None
 
 
 class Encoder(Protocol):

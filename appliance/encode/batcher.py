@@ -40,6 +40,7 @@ class Query:
     """One text's vectors, as returned to a single caller."""
     dense: np.ndarray
     tokens: np.ndarray | None
+    unknown: float = 0.0  # share of the text's word pieces the encoder could not represent (see Encoded)
 
 
 class MicroBatcher:
@@ -119,4 +120,5 @@ class MicroBatcher:
             for row, (_, future) in enumerate(batch):
                 if not future.done():
                     tokens = result.tokens[row] if result.tokens is not None else None
-                    future.set_result(Query(result.dense[row], tokens))
+                    unknown = float(result.unknown[row]) if result.unknown is not None else 0.0
+                    future.set_result(Query(result.dense[row], tokens, unknown))

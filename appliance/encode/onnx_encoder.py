@@ -37,9 +37,12 @@ class OnnxEncoder:
         self._tokenizer.no_padding()  # padded per group of similar lengths in `encode`
         vocab = self._tokenizer.get_vocab()
         self._skip = np.zeros(len(vocab) + 1, dtype=bool)
+        self._special = np.zeros(len(vocab) + 1, dtype=bool)  # [CLS], [SEP]...: not part of the text
         for token, idx in vocab.items():
-            if token.startswith("[") and token.endswith("]") or _is_punctuation(token):
-                self._skip[idx] = True
+            special = token.startswith("[") and token.endswith("]") and token != "[UNK]"
+            self._special[idx] = special
+            self._skip[idx] = special or token == "[UNK]" or _is_punctuation(token)
+        self._unk = vocab.get("[UNK]", -1)
         self.name = "minilm"
         self.dim = int(self._session.get_outputs()[0].shape[-1] or 384)
 
@@ -52,7 +55,14 @@ class OnnxEncoder:
         encodings = self._tokenizer.encode_batch(texts)
         for group in _length_groups([len(e.ids) for e in encodings]):
             self._run([encodings[i] for i in group], group, dense, tokens)
-        return Encoded(dense, tokens)
+        return Encoded(dense, tokens, np.array([self._unknown_share(e.ids) for e in encodings], np.float32))
+
+    def _unknown_share(self, ids: list[int]) -> float:
+        """Share of the text's word pieces that are [UNK]: WordPiece falls back to characters for unknown words,
+        so [UNK] means a character outside the vocabulary (most Chinese, for this English model)."""
+        pieces = np.asarray(ids, np.int64)
+        pieces = pieces[~self._special[pieces]]
+        return float((pieces == self._unk).mean()) if len(pieces) else 0.0
 
     def _run(self, encodings, rows: list[int], dense: np.ndarray, tokens: list) -> None:
         width = max(len(e.ids) for e in encodings)

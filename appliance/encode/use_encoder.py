@@ -28,6 +28,7 @@ class UseEncoder:
 
     def encode(self, texts: list[str]) -> Encoded:
         if not texts:
-            return Encoded(np.zeros((0, self.dim), np.float32), None)
+            return Encoded(np.zeros((0, self.dim), np.float32), None, np.zeros(0, np.float32))
         dense = np.asarray(self._backend.encode(list(texts)), dtype=np.float32)
-        return Encoded(l2_normalise(dense), None)
+        # Full coverage: its SentencePiece vocabulary spans the languages it serves (Chinese included).
+        return Encoded(l2_normalise(dense), None, np.zeros(len(texts), np.float32))

@@ -1,9 +1,9 @@
-"""Generation: two co-located vLLM engines (small, large), the router between them, prompts and warm-up."""
-from .engine import Delta, Engine, EngineDown
-from .pool import EngineConfigError, EnginePool, Pick, detect_device, resolve_model
+"""Generation: the engine seam and its vLLM engines, the router between roles, prompts and warm-up."""
+from .engines import Delta, EngineDown, EngineLimits, EngineSet, EngineStatus, Pick, TextEngine
 from .prompts import PROMPT_VERSION, TASKS, Passage, Prompt, build_prompt, warm_up_prompts
-from .router import RouteDecision, Router, normalise_question
+from .router import RouteDecision, Router
+from .vllm_engines import EngineConfigError, build_vllm_engines
 
-__all__ = ["Delta", "Engine", "EngineConfigError", "EngineDown", "EnginePool", "PROMPT_VERSION", "Passage", "Pick",
-           "Prompt", "RouteDecision", "Router", "TASKS", "build_prompt", "detect_device", "normalise_question",
-           "resolve_model", "warm_up_prompts"]
+__all__ = ["Delta", "EngineConfigError", "EngineDown", "EngineLimits", "EngineSet", "EngineStatus", "PROMPT_VERSION",
+           "Passage", "Pick", "Prompt", "RouteDecision", "Router", "TASKS", "TextEngine", "build_prompt",
+           "build_vllm_engines", "warm_up_prompts"]

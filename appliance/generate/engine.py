@@ -11,49 +11,24 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
 from ..config import EngineSettings
+from .engines import Delta, EngineDown, EngineLimits, EngineStatus, SampleListener
+from .platform import resolve_dtype
 from .stats import EngineStats, stat_logger_factory
 
 log = logging.getLogger("appliance.generate")
 GIB = 1 << 30
 
 
-def cpu_has_native_bf16() -> bool:
-    flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
-    return "avx512_bf16" in flags or "amx_bf16" in flags
+class VllmEngine:
+    """A `TextEngine` (engines.py) on vLLM's AsyncLLM."""
 
-
-def resolve_dtype(setting: str, device: str) -> str:
-    """`auto`: the checkpoint's dtype on GPUs; on CPUs bf16 only where the CPU computes it natively. Elsewhere it
-    is emulated (oneDNN falls back to plain torch linear layers): SmolLM2 ran 5.5 tok/s in bf16 against 11.0 in
-    float32 on this project's AVX2 boxes (bench/results/generation.md)."""
-    if setting != "auto" or device == "gpu":
-        return setting
-    return "bfloat16" if cpu_has_native_bf16() else "float32"
-
-
-class EngineDown(RuntimeError):
-    """The engine is not serving (starting, restarting, or it died under this request)."""
-
-
-@dataclass(slots=True)
-class Delta:
-    text: str
-    completion_tokens: int  # generated so far
-    prompt_tokens: int
-    cached_tokens: int  # prompt tokens served from the prefix cache
-    finish_reason: str | None
-
-
-class Engine:
-    def __init__(self, role: str, spec: EngineSettings, model: Path, device: str, state_dir: Path):
-        self.role, self.spec, self.model, self.device = role, spec, model, device
-        self.state_dir = state_dir
+    def __init__(self, role: str, spec: EngineSettings, limits: EngineLimits, model: Path, device: str):
+        self.role, self.spec, self.limits, self.model, self.device = role, spec, limits, model, device
         self.state = "stopped"  # stopped, starting, up, down
         self.stats = EngineStats()
         self.in_flight = 0
@@ -84,7 +59,16 @@ class Engine:
         """Requests not yet running: vLLM's own queue plus ours between accept and the engine's first step."""
         return max(self.stats.waiting, self.in_flight - self.stats.running)
 
+    def mark_down(self) -> None:
+        self.state = "down"
+
+    def on_sample(self, listener: SampleListener) -> None:
+        self.stats.listener = listener
+
     async def start(self) -> None:
+        """Start (or restart: a new process, so what the old one learned about waits does not hold)."""
+        restart = self.started_s is not None
+        self.ttft_per_request_s = 0.0
         self.state = "starting"
         started = time.perf_counter()
         before = {p.pid for p in psutil.Process().children(recursive=True)}
@@ -99,6 +83,7 @@ class Engine:
                      if p.pid not in before and p.name().startswith("VLLM")]
         self._tokenizer = self._llm.get_tokenizer()
         self.started_s = time.perf_counter() - started
+        self.restarts += restart
         self.state = "up"
         log.info("engine %s up in %.1f s: %s (%s)", self.role, self.started_s, self.model, self.device)
 
@@ -186,9 +171,8 @@ class Engine:
                 pass
         self.pids = []
 
-    def describe(self) -> dict:
-        return {"role": self.role, "state": self.state, "model": str(self.model), "device": self.device,
-                "dtype": resolve_dtype(self.spec.dtype, self.device),
-                "max_model_len": self.spec.max_model_len, "in_flight": self.in_flight, "restarts": self.restarts,
-                "estimated_wait_s": round(self.estimated_wait_s, 3),
-                "start_s": round(self.started_s, 1) if self.started_s else None, **self.stats.snapshot()}
+    def status(self) -> EngineStatus:
+        return EngineStatus(self.role, self.state, str(self.model), self.device,
+                            resolve_dtype(self.spec.dtype, self.device), self.spec.max_model_len, self.in_flight,
+                            self.restarts, round(self.estimated_wait_s, 3),
+                            round(self.started_s, 1) if self.started_s else None, **self.stats.snapshot())

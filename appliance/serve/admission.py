@@ -15,12 +15,14 @@ import time
 import tomllib
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from ..timings import Stage, ms_since
 from .metrics import RequestRecord
 
 KEY_PREFIX = "rak_"
@@ -102,11 +104,6 @@ class TokenBuckets:
         return 0.0 if admitted else (1 - tokens) / self.rate
 
 
-ENDPOINTS = {"/v1/ask": "ask", "/v1/chat/completions": "chat", "/v1/search": "search", "/v1/documents": "documents",
-             "/v1/partitions": "partitions", "/v1/models": "models", "/v1/engines": "engines",
-             "/v1/cache/entries": "cache"}
-
-
 @dataclass(slots=True)
 class Gate:
     """What the middleware decides with, shared with the app (which reads `in_flight` for /metrics)."""
@@ -118,13 +115,23 @@ class Gate:
     in_flight: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    reason: str  # one of metrics.REJECT_REASONS, also the error code
+    status: int
+    message: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
 class Admission:
     """ASGI middleware for /v1/ paths. Sets scope["state"]: `tenant` (the key's; None without keys),
     `request_id`, and `record`, which the routes fill (cache layer, route, timings) and which is reported once
-    the response, streamed or not, has been sent."""
+    the response, streamed or not, has been sent. A request's endpoint, for metrics and the request log, is the
+    `name` of the route its path matches (any method: a 405 still counts against its resource)."""
 
-    def __init__(self, app: ASGIApp, gate: Gate):
+    def __init__(self, app: ASGIApp, gate: Gate, routes: Sequence[BaseRoute] = ()):
         self.app, self.gate = app, gate
+        self.routes = [r for r in routes if isinstance(r, Route) and r.path.startswith("/v1/")]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/v1/"):
@@ -134,7 +141,7 @@ class Admission:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         given = headers.get("x-request-id", "")
         request_id = given if _REQUEST_ID.match(given) else uuid.uuid4().hex
-        endpoint = _endpoint(scope["path"])
+        endpoint = self._endpoint(scope)
         record = RequestRecord(request_id, endpoint, None, 0, started=time.time())
         state = scope.setdefault("state", {})
         state.update(request_id=request_id, record=record, tenant=None)
@@ -149,9 +156,8 @@ class Admission:
         try:
             refusal = self._check(headers, scope, record)
             if refusal is not None:
-                reason, status, message, extra = refusal
-                gate.on_reject(reason, endpoint)
-                await _refuse(send_tracked, status, reason, message, extra)
+                gate.on_reject(refusal.reason, endpoint)
+                await _refuse(send_tracked, refusal)
                 return
             state["tenant"] = record.tenant
             gate.in_flight += 1
@@ -160,12 +166,18 @@ class Admission:
             finally:
                 gate.in_flight -= 1
         finally:
-            record.timings.setdefault("total", round((time.perf_counter() - clock) * 1000, 3))
+            record.timings.setdefault(Stage.TOTAL, ms_since(clock))  # a route that measured its own keeps it
             record.status = record.status or 500
             gate.on_finish(record)
 
-    def _check(self, headers: dict, scope: Scope, record: RequestRecord):
-        """None to admit, else (reason, status, message, headers)."""
+    def _endpoint(self, scope: Scope) -> str:
+        for route in self.routes:
+            if route.matches(scope)[0] is not Match.NONE:
+                return route.name
+        return "other"
+
+    def _check(self, headers: dict, scope: Scope, record: RequestRecord) -> Refusal | None:
+        """None to admit."""
         gate = self.gate
         if gate.keys is not None:
             auth = headers.get("authorization", "")
@@ -173,27 +185,21 @@ class Admission:
             record.tenant = gate.keys.tenant_for(key.strip()) if scheme.lower() == "bearer" else None
             if record.tenant is None:
                 message = "invalid API key" if auth else "missing API key: send Authorization: Bearer <key>"
-                return "unauthorized", 401, message, {"WWW-Authenticate": "Bearer"}
+                return Refusal("unauthorized", 401, message, {"WWW-Authenticate": "Bearer"})
         bucket = record.tenant if record.tenant is not None else "client:" + (scope.get("client") or ("?",))[0]
         wait = gate.buckets.take(bucket)
         if wait > 0:
-            return ("rate_limited", 429, f"rate limit of {gate.buckets.rate:g} requests/s exceeded",
-                    {"Retry-After": str(max(1, math.ceil(wait)))})
+            return Refusal("rate_limited", 429, f"rate limit of {gate.buckets.rate:g} requests/s exceeded",
+                           {"Retry-After": str(max(1, math.ceil(wait)))})
         if gate.in_flight >= gate.max_in_flight:
-            return "overloaded", 503, f"{gate.in_flight} requests in progress; try again shortly", {"Retry-After": "1"}
+            return Refusal("overloaded", 503, f"{gate.in_flight} requests in progress; try again shortly",
+                           {"Retry-After": "1"})
         return None
 
 
-def _endpoint(path: str) -> str:
-    for prefix, name in ENDPOINTS.items():
-        if path == prefix or path.startswith(prefix + "/"):
-            return name
-    return "other"
-
-
-async def _refuse(send: Send, status: int, code: str, message: str, headers: dict) -> None:
-    body = json.dumps({"error": {"code": code, "message": message}}).encode()
+async def _refuse(send: Send, refusal: Refusal) -> None:
+    body = json.dumps({"error": {"code": refusal.reason, "message": refusal.message}}).encode()
     raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-           *((k.lower().encode(), v.encode()) for k, v in headers.items())]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
+           *((k.lower().encode(), v.encode()) for k, v in refusal.headers.items())]
+    await send({"type": "http.response.start", "status": refusal.status, "headers": raw})
     await send({"type": "http.response.body", "body": body})

@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from ..timings import Stage
+
+if TYPE_CHECKING:
+    from ..generate.engines import EngineStatus
+
 log = logging.getLogger("appliance.metrics")
 
-STAGES = ("exact_cache", "encode", "semantic_cache", "partitions", "bm25", "ann", "fuse", "late_interaction",
-          "route", "prompt", "queue_wait", "ttft", "generation", "total")
+STAGES: tuple[Stage, ...] = tuple(Stage)  # one histogram series per stage, in pipeline order
 _STAGE_SET = frozenset(STAGES)
 # 0.5 ms (a cache lookup) .. 60 s (a long generation behind a queue)
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
@@ -85,14 +90,15 @@ class Metrics:
     def engine_sample(self, engine: str, kind: str, seconds: float) -> None:
         if kind == "queue":
             self.queue_time.labels(engine).observe(seconds)
-            self.stage_seconds.labels("queue_wait").observe(seconds)
+            self.stage_seconds.labels(Stage.QUEUE_WAIT).observe(seconds)
         elif kind == "ttft":
             self.ttft.labels(engine).observe(seconds)
         else:
             raise ValueError(f"unknown engine sample kind {kind!r}; expected 'queue' or 'ttft'")
 
-    def attach_engines(self, describe: Callable[[], dict]) -> None:
-        self._engines.source = describe
+    def attach_engines(self, status: Callable[[], Mapping[str, EngineStatus]]) -> None:
+        """`status()` is read at every scrape (e.g. `EngineSet.status`)."""
+        self._engines.source = status
 
     def set_gauge_source(self, name: str, help: str, fn: Callable[[], float]) -> None:
         self._gauges.sources[name] = (help, fn)
@@ -105,15 +111,15 @@ class _EngineCollector:
     """Reads the engines at scrape time, so the numbers are as fresh as the stat loggers' last update."""
 
     def __init__(self) -> None:
-        self.source: Callable[[], dict] | None = None
+        self.source: Callable[[], Mapping[str, EngineStatus]] | None = None
 
     def collect(self) -> Iterator[Metric]:
-        engines: dict = {}
+        engines: Mapping[str, EngineStatus] = {}
         if self.source is not None:
             try:
                 engines = self.source() or {}
             except Exception:  # a scrape must survive an engine that is restarting or half built
-                log.warning("engine describe() failed during a scrape", exc_info=True)
+                log.warning("engine status() failed during a scrape", exc_info=True)
         vllm_labels, own_labels = ["engine", "model_name"], ["engine"]
         running = GaugeMetricFamily("vllm:num_requests_running", "Requests running on the engine", labels=vllm_labels)
         waiting = GaugeMetricFamily("vllm:num_requests_waiting", "Requests waiting in the engine queue",
@@ -128,18 +134,16 @@ class _EngineCollector:
         restarts = CounterMetricFamily("appliance_engine_restarts", "Engine restarts since start", labels=own_labels)
         in_flight = GaugeMetricFamily("appliance_engine_in_flight", "Generations in flight on the engine",
                                       labels=own_labels)
-        for role, info in engines.items() if isinstance(engines, dict) else ():
-            if not isinstance(info, dict):
-                continue
-            name, model = str(role), str(info.get("model", ""))
-            up.add_metric([name], 1.0 if info.get("state") == "up" else 0.0)
+        for role, info in engines.items():
+            name, model = str(role), str(info.model or "")
+            up.add_metric([name], 1.0 if info.state == "up" else 0.0)
             for family, key, labels in ((running, "running", [name, model]), (waiting, "waiting", [name, model]),
                                         (kv, "kv_cache_usage", [name, model]),
                                         (queries, "prefix_cache_queries", [name, model]),
                                         (hits, "prefix_cache_hits", [name, model]),
                                         (ratio, "prefix_cache_hit_rate", [name]), (restarts, "restarts", [name]),
                                         (in_flight, "in_flight", [name])):
-                value = _number(info.get(key))
+                value = _number(getattr(info, key, None))
                 if value is not None:
                     family.add_metric(labels, value)
         yield from (f for f in (running, waiting, kv, queries, hits, ratio, up, restarts, in_flight) if f.samples)

@@ -10,6 +10,8 @@ from .validation import NAME_PATTERN, Spec
 # A document id is the client's own string, but without control characters: a line break in it could not be
 # named in DELETE /v1/documents/{id} (the route's path pattern stops at one), so such a document could never go.
 ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
+DOCUMENT_ID = Spec("string", "Document id.", required=True, min=1, max=256, pattern=ID_PATTERN)
+MAX_QUESTION_CHARS = 4000  # a question, in /v1/ask or as a chat's last user message
 
 
 def ingest_body(settings: Settings) -> Spec:
@@ -52,19 +54,30 @@ def search_body(settings: Settings) -> Spec:
     })
 
 
+def model_choices(settings: Settings) -> tuple[str, ...]:
+    """What a request may name as `model`: the router, or one of the engines the settings enable."""
+    return ("auto", *settings.engine_roles())
+
+
+def _max_answer_tokens(settings: Settings) -> int:
+    """The largest answer any enabled engine gives (each still caps its own)."""
+    return max((spec.max_tokens for spec in settings.engines().values()), default=settings.generate.max_tokens_cited)
+
+
 def ask_body(settings: Settings) -> Spec:
     return Spec("object", fields={
         "tenant": Spec("string", "Tenant whose documents answer the question.", required=True, pattern=NAME_PATTERN),
-        "question": Spec("string", "The question.", required=True, min=1, max=4000, blank=False),
+        "question": Spec("string", "The question.", required=True, min=1, max=MAX_QUESTION_CHARS,
+                         blank=False),
         "partitions": Spec("array", "Partition names to use; default: all of the tenant's.", min=1, max=1000,
                            items=Spec("string", pattern=NAME_PATTERN)),
-        "model": Spec("string", "auto (the router decides), small or large.", default="auto",
-                      choices=("auto", "small", "large")),
+        "model": Spec("string", f"auto (the router decides) or an engine: {', '.join(settings.engine_roles())}.",
+                      default="auto", choices=model_choices(settings)),
         "task": Spec("string", "cited (answer citing passages [n]) or concise (shortest answer).", default="cited",
                      choices=("cited", "concise")),
         "stream": Spec("boolean", "Server-Sent Events: sources, then token deltas, then done.", default=False),
         "max_tokens": Spec("integer", "Answer length cap (the engine's own cap still applies).", min=1,
-                           max=max(settings.small.max_tokens, settings.large.max_tokens)),
+                           max=_max_answer_tokens(settings)),
         "timeout_s": Spec("number", "Seconds the answer may take; generation stops there with finish_reason "
                           "\"deadline\" (default and maximum: server.request_timeout_s).", min=0.1,
                           max=settings.server.request_timeout_s),
@@ -78,13 +91,13 @@ def chat_body(settings: Settings) -> Spec:
     })
     return Spec("object", "OpenAI chat completion request; fields not listed are accepted and ignored.", extra=True,
                 fields={
-        "model": Spec("string", "auto, small or large.", required=True, choices=("auto", "small", "large")),
+        "model": Spec("string", f"auto or an engine: {', '.join(settings.engine_roles())}.", required=True,
+                      choices=model_choices(settings)),
         "messages": Spec("array", "The conversation; the last user message is answered with RAG.", required=True,
                          min=1, max=256, items=message),
         "stream": Spec("boolean", default=False),
-        "max_tokens": Spec("integer", min=1, max=max(settings.small.max_tokens, settings.large.max_tokens)),
-        "max_completion_tokens": Spec("integer", min=1,
-                                      max=max(settings.small.max_tokens, settings.large.max_tokens)),
+        "max_tokens": Spec("integer", min=1, max=_max_answer_tokens(settings)),
+        "max_completion_tokens": Spec("integer", min=1, max=_max_answer_tokens(settings)),
         "tenant": Spec("string", "Tenant (else the X-Tenant header, else \"default\").", pattern=NAME_PATTERN),
         "partitions": Spec("array", "Partition names to use.", min=1, max=1000,
                            items=Spec("string", pattern=NAME_PATTERN)),
@@ -164,7 +177,7 @@ def operations(settings: Settings) -> list[Operation]:
     """Every route the server answers, in the order the document lists them."""
     native_event = _sse_event("One event; data is a JSON object.", ("sources", "token", "done", "error"))
     openai_event = _sse_event("One event, unnamed; data is a chat.completion.chunk as JSON, or [DONE] last.")
-    doc_id = Param("id", "path", Spec("string", "Document id.", required=True, min=1, max=256, pattern=ID_PATTERN))
+    doc_id = Param("id", "path", DOCUMENT_ID)
     sse = ("application/json", "text/event-stream")
     return [
         Operation("post", "/v1/documents", "Store and index documents", "Stored and indexed",
@@ -200,9 +213,10 @@ def operations(settings: Settings) -> list[Operation]:
                   ok_schema={"type": "string"}, ok_media=("text/plain",)),
         Operation("get", "/healthz", "The process is up", "Alive"),
         Operation("get", "/readyz", "Warm-up is done and requests are served", "Ready", extra={"503": {
-            "description": "Starting, or boot failed (then error says why)",
+            "description": "Starting, stopping, or boot failed (then error says why)",
             "content": {"application/json": {"schema": {"type": "object", "required": ["status"], "properties": {
-                "status": {"type": "string", "enum": ["starting", "failed"]}, "error": {"type": "string"}}}}}}}),
+                "status": {"type": "string", "enum": ["starting", "stopping", "failed"]},
+                "error": {"type": "string"}}}}}}}),
         Operation("get", "/openapi.json", "This document", "OpenAPI 3.0 document"),
     ]
 

@@ -13,23 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import JSONResponse
+from .errors import ApiError
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
-
-
-class BadRequest(Exception):
-    def __init__(self, message: str, field: str | None = None, status: int = 422, code: str = "invalid_request"):
-        super().__init__(message)
-        self.message, self.field, self.status, self.code = message, field, status, code
-
-    def body(self) -> dict:
-        error = {"code": self.code, "message": self.message}
-        if self.field:
-            error["field"] = self.field
-        return {"error": error}
 
 
 @dataclass(slots=True, frozen=True)
@@ -55,36 +41,35 @@ _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def parse_json(raw: bytes) -> Any:
-    """The body as JSON, or BadRequest (400) saying why not. Beyond what `json` itself refuses, this refuses what
-    it accepts but the rest of the server cannot store or send back: NaN and Infinity, numbers beyond a double's
-    range, integers too long for Python to convert, nesting deeper than MAX_DEPTH, and strings with unpaired
-    UTF-16 surrogates (\\ud800)."""
+    """The body as JSON, or a 400 saying why not. Beyond what `json` itself refuses, this refuses what it accepts
+    but the rest of the server cannot store or send back: NaN and Infinity, numbers beyond a double's range,
+    integers too long for Python to convert, nesting deeper than MAX_DEPTH, and strings with unpaired UTF-16
+    surrogates (\\ud800)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise BadRequest(f"body is not valid UTF-8 (byte {exc.start})", status=400, code="invalid_utf8") from None
+        raise ApiError.bad_body(f"body is not valid UTF-8 (byte {exc.start})", "invalid_utf8") from None
     try:
         value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except json.JSONDecodeError as exc:
-        raise BadRequest(f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-                         status=400, code="invalid_json") from None
+        raise ApiError.bad_body(f"body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") \
+            from None
     except RecursionError:
-        raise BadRequest(f"body is nested deeper than {MAX_DEPTH} levels", status=400, code="invalid_json") from None
+        raise ApiError.bad_body(f"body is nested deeper than {MAX_DEPTH} levels") from None
     except ValueError:  # an integer longer than Python converts
-        raise BadRequest(f"body has an integer of more than {sys.get_int_max_str_digits()} digits", status=400,
-                         code="invalid_json") from None
+        raise ApiError.bad_body(f"body has an integer of more than {sys.get_int_max_str_digits()} digits") from None
     _check_parsed(value, surrogates=_SURROGATE_ESCAPE.search(raw) is not None)
     return value
 
 
 def _no_constant(name: str) -> Any:
-    raise BadRequest(f"body is not valid JSON: {name} is not a JSON number", status=400, code="invalid_json")
+    raise ApiError.bad_body(f"body is not valid JSON: {name} is not a JSON number")
 
 
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise BadRequest(f"body has a number too large for a double: {text[:40]}", status=400, code="invalid_json")
+        raise ApiError.bad_body(f"body has a number too large for a double: {text[:40]}")
     return value
 
 
@@ -94,14 +79,14 @@ def _check_parsed(value: Any, surrogates: bool) -> None:
         item, depth = stack.pop()
         if isinstance(item, dict):
             if depth >= MAX_DEPTH:
-                raise BadRequest(f"body is nested deeper than {MAX_DEPTH} levels", status=400, code="invalid_json")
+                raise ApiError.bad_body(f"body is nested deeper than {MAX_DEPTH} levels")
             if surrogates:
                 for key in item:
                     _check_text(key)
             stack.extend((v, depth + 1) for v in item.values())
         elif isinstance(item, list):
             if depth >= MAX_DEPTH:
-                raise BadRequest(f"body is nested deeper than {MAX_DEPTH} levels", status=400, code="invalid_json")
+                raise ApiError.bad_body(f"body is nested deeper than {MAX_DEPTH} levels")
             stack.extend((v, depth + 1) for v in item)
         elif surrogates and isinstance(item, str):
             _check_text(item)
@@ -111,66 +96,77 @@ def _check_text(text: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise BadRequest(f"body has a string with an unpaired UTF-16 surrogate \\u{ord(text[exc.start]):04x}; "
-                         "text must be valid Unicode", status=400, code="invalid_json") from None
+        raise ApiError.bad_body(f"body has a string with an unpaired UTF-16 surrogate "
+                                f"\\u{ord(text[exc.start]):04x}; text must be valid Unicode") from None
 
 
 def validate(value: Any, spec: Spec, path: str = "") -> Any:
-    """Return the value with defaults filled in, or raise BadRequest naming the first wrong field."""
+    """Return the value with defaults filled in, or raise ApiError naming the first wrong field."""
     where = path or "body"
-    kind = spec.type
-    if kind == "object":
-        if not isinstance(value, dict):
-            raise BadRequest(f"must be an object, got {_type_name(value)}", where)
-        if spec.free_form:
-            _check_size(json.dumps(value, ensure_ascii=False), spec, where, "bytes when encoded")
-            return value
-        unknown = sorted(set(value) - set(spec.fields))
-        if unknown and not spec.extra:
-            raise BadRequest(f"unknown field; allowed: {', '.join(sorted(spec.fields))}", _join(path, unknown[0]))
-        out = {}
-        for name, sub in spec.fields.items():
-            if name not in value or value[name] is None:
-                if sub.required:
-                    raise BadRequest("is required", _join(path, name))
-                out[name] = sub.default
-                continue
-            out[name] = validate(value[name], sub, _join(path, name))
-        return out
-    if kind == "array":
+    if spec.type == "object":
+        return _object(value, spec, path, where)
+    if spec.type == "array":
         if not isinstance(value, list):
-            raise BadRequest(f"must be an array, got {_type_name(value)}", where)
+            raise ApiError.invalid(f"must be an array, got {_type_name(value)}", where)
         _check_size(value, spec, where, "items")
         assert spec.items is not None
         return [validate(item, spec.items, f"{where}[{i}]") for i, item in enumerate(value)]
-    if kind == "string":
-        if not isinstance(value, str):
-            raise BadRequest(f"must be a string, got {_type_name(value)}", where)
-        _check_size(value, spec, where, "characters")
-        if not spec.blank and value and not value.strip():
-            raise BadRequest("must contain more than white space", where)
-        if spec.pattern and not _regex(spec.pattern).search(value):
-            raise BadRequest(f"must match {spec.pattern}", where)
-        if spec.choices and value not in spec.choices:
-            raise BadRequest(f"must be one of {', '.join(spec.choices)}, got {value!r}", where)
-        return value
-    if kind == "boolean":
+    if spec.type == "string":
+        return _string(value, spec, where)
+    if spec.type == "boolean":
         if not isinstance(value, bool):
-            raise BadRequest(f"must be true or false, got {_type_name(value)}", where)
+            raise ApiError.invalid(f"must be true or false, got {_type_name(value)}", where)
         return value
-    if kind in ("integer", "number"):
-        ok = isinstance(value, int) if kind == "integer" else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok or (isinstance(value, float) and not math.isfinite(value)):
-            raise BadRequest(f"must be {'an integer' if kind == 'integer' else 'a number'}, got {_type_name(value)}",
-                             where)
-        if spec.min is not None and value < spec.min or spec.max is not None and value > spec.max:
-            raise BadRequest(f"must be between {_num(spec.min)} and {_num(spec.max)}, got {value}", where)
-        return value
-    if kind == "timestamp":
+    if spec.type in ("integer", "number"):
+        return _number(value, spec, where)
+    if spec.type == "timestamp":
         return _timestamp(value, where)
-    if kind == "any":  # the route handler checks the shape
+    if spec.type == "any":  # the route handler checks the shape
         return value
-    raise AssertionError(f"unknown spec type {kind}")
+    raise AssertionError(f"unknown spec type {spec.type}")
+
+
+def _object(value: Any, spec: Spec, path: str, where: str) -> dict:
+    if not isinstance(value, dict):
+        raise ApiError.invalid(f"must be an object, got {_type_name(value)}", where)
+    if spec.free_form:
+        _check_size(json.dumps(value, ensure_ascii=False), spec, where, "bytes when encoded")
+        return value
+    unknown = sorted(set(value) - set(spec.fields))
+    if unknown and not spec.extra:
+        raise ApiError.invalid(f"unknown field; allowed: {', '.join(sorted(spec.fields))}", _join(path, unknown[0]))
+    out = {}
+    for name, sub in spec.fields.items():
+        if name not in value or value[name] is None:  # OpenAI clients send null for fields they leave unset
+            if sub.required:
+                raise ApiError.invalid("is required", _join(path, name))
+            out[name] = sub.default
+            continue
+        out[name] = validate(value[name], sub, _join(path, name))
+    return out
+
+
+def _string(value: Any, spec: Spec, where: str) -> str:
+    if not isinstance(value, str):
+        raise ApiError.invalid(f"must be a string, got {_type_name(value)}", where)
+    _check_size(value, spec, where, "characters")
+    if not spec.blank and value and not value.strip():
+        raise ApiError.invalid("must contain more than white space", where)
+    if spec.pattern and not _regex(spec.pattern).search(value):
+        raise ApiError.invalid(f"must match {spec.pattern}", where)
+    if spec.choices and value not in spec.choices:
+        raise ApiError.invalid(f"must be one of {', '.join(spec.choices)}, got {value!r}", where)
+    return value
+
+
+def _number(value: Any, spec: Spec, where: str) -> int | float:
+    integer = spec.type == "integer"
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if isinstance(value, bool) or not ok or (isinstance(value, float) and not math.isfinite(value)):
+        raise ApiError.invalid(f"must be {'an integer' if integer else 'a number'}, got {_type_name(value)}", where)
+    if spec.min is not None and value < spec.min or spec.max is not None and value > spec.max:
+        raise ApiError.invalid(f"must be between {_num(spec.min)} and {_num(spec.max)}, got {value}", where)
+    return value
 
 
 @functools.lru_cache(maxsize=64)
@@ -190,15 +186,16 @@ def _timestamp(value: Any, where: str) -> float:
             return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
         except (ValueError, OverflowError):  # not a date-time, or one outside what the platform can convert
             pass
-    raise BadRequest("must be seconds since the epoch or an ISO 8601 date-time", where)
+    raise ApiError.invalid("must be seconds since the epoch or an ISO 8601 date-time", where)
 
 
 def _check_size(value: Any, spec: Spec, where: str, unit: str) -> None:
     n = len(value)
     if spec.min is not None and n < spec.min:
-        raise BadRequest(f"must have at least {_num(spec.min)} {unit}" if spec.min > 1 else "must not be empty", where)
+        raise ApiError.invalid(f"must have at least {_num(spec.min)} {unit}" if spec.min > 1 else "must not be empty",
+                               where)
     if spec.max is not None and n > spec.max:
-        raise BadRequest(f"must have at most {_num(spec.max)} {unit}, got {n}", where)
+        raise ApiError.invalid(f"must have at most {_num(spec.max)} {unit}, got {n}", where)
 
 
 def _join(path: str, name: str) -> str:
@@ -214,21 +211,6 @@ def _type_name(value: Any) -> str:
             float: "a number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
-async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-    """Starlette's own 404 (no such route) and 405 (route without that method) in the API's error body; register
-    for HTTPException in the app's exception_handlers."""
-    if exc.status_code == 404:
-        code, message = "not_found", f"no route {request.url.path}"
-    elif exc.status_code == 405:
-        allowed = (exc.headers or {}).get("Allow", "")
-        code, message = "method_not_allowed", f"{request.method} is not allowed on {request.url.path}; allowed: " \
-                                              f"{allowed}"
-    else:
-        code, message = "http_error", str(exc.detail)
-    return JSONResponse({"error": {"code": code, "message": message}}, status_code=exc.status_code,
-                        headers=exc.headers)
-
-
 _ASCII_INT = re.compile(r"-?[0-9]{1,18}")
 
 
@@ -238,8 +220,8 @@ def int_param(raw: str | None, spec: Spec, where: str) -> int | None:
     too; both would otherwise be a 500."""
     if raw is None:
         if spec.required:
-            raise BadRequest("is required", where)
+            raise ApiError.invalid("is required", where)
         return spec.default
     if not _ASCII_INT.fullmatch(raw):
-        raise BadRequest(f"must be an integer of at most 18 digits, got {raw[:40]!r}", where)
+        raise ApiError.invalid(f"must be an integer of at most 18 digits, got {raw[:40]!r}", where)
     return validate(int(raw), spec, where)

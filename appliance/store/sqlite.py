@@ -265,7 +265,12 @@ class Store:
 
 
 class _transaction:
-    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception (autocommit connections)."""
+    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception, a failed COMMIT included (autocommit connections).
+
+    A COMMIT that fails (busy, I/O error) can leave the transaction open, and then every later BEGIN on the
+    connection fails; a full disk makes SQLite roll back by itself, and a second ROLLBACK would then raise "no
+    transaction is active" in place of the real error. So: roll back whatever is still open, once.
+    """
 
     def __init__(self, conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE"):
         self.conn, self.begin = conn, begin
@@ -275,7 +280,12 @@ class _transaction:
         return self.conn
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+        try:
+            if exc_type is None:
+                self.conn.execute("COMMIT")
+        finally:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
 
 
 def _partition(row: sqlite3.Row) -> Partition:

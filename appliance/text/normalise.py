@@ -5,11 +5,13 @@ import hashlib
 import re
 import unicodedata
 
-_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+# Kana, CJK ideographs (extension A, unified, compatibility) and Hangul: scripts written without spaces.
+CJK_CHARS = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+_CJK = re.compile(f"[{CJK_CHARS}]")
 _SPACE = re.compile(r"\s+")
 
 
-def normalise(text: str) -> str:
+def normalise_text(text: str) -> str:
     """NFKC (full-width to half-width), collapsed whitespace."""
     return _SPACE.sub(" ", unicodedata.normalize("NFKC", text)).strip()
 

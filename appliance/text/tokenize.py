@@ -15,7 +15,7 @@ import Stemmer
 jieba.setLogLevel(logging.WARNING)
 
 _LATIN = re.compile(r"[^\W_]+", re.UNICODE)
-_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")
+_CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+")  # Han only: what jieba segments
 _CJK_PUNCT = re.compile(r"[\u3000-\u303f\uff00-\uffef]")
 
 ENGLISH_STOP_WORDS = frozenset("""

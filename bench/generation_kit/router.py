@@ -1,8 +1,9 @@
-"""Section 5: the small/large router (appliance.generate.router) on the labelled questions.
+"""Section 5: the small/large router on the labelled questions.
 
-The router is trained with the product's own `build_router` (MiniLM embeddings of the normalised questions), read
-back with `Router.load`, and scored with `evaluate_router` on the same questions (in-sample), and, where the
-module has it, with `cross_validate` (every question decided by a router that never saw it: the honest figure).
+The router is trained with the product's own `build_router` (appliance.models.router_training: MiniLM embeddings
+of the normalised questions), read back with `Router.load` (appliance.generate.router), and scored with
+`evaluate_router` on the same questions (in-sample) and with `cross_validate` (appliance.evaluate_router: every
+question decided by a router that never saw it: the honest figure).
 """
 from __future__ import annotations
 
@@ -11,16 +12,13 @@ import time
 
 from .data import CACHE, QUESTIONS, REPO
 
+MODULES = ("appliance.generate.router", "appliance.models.router_training", "appliance.evaluate_router")
+
 
 def available() -> str | None:
-    if importlib.util.find_spec("appliance.generate.router") is None:
-        return "not measured: appliance/generate/router.py missing"
-    from appliance.generate import router
-
-    need = ("load_questions", "Router", "build_router", "evaluate_router", "normalise_question")
-    missing = [n for n in need if not hasattr(router, n)]
+    missing = [m for m in MODULES if importlib.util.find_spec(m) is None]
     if missing:
-        return f"not measured: appliance.generate.router lacks {', '.join(missing)}"
+        return f"not measured: {', '.join(missing)} missing"
     if not QUESTIONS.is_file():
         return f"not measured: {QUESTIONS} missing"
     if not (REPO / "models" / "build" / "minilm").is_dir():
@@ -31,34 +29,32 @@ def available() -> str | None:
 def run(log) -> dict:
     import numpy as np
 
+    from appliance.config import RouterSettings
     from appliance.encode import load_encoder
-    from appliance.generate import router as r
+    from appliance.evaluate_router import cross_validate, evaluate_router
+    from appliance.generate.router import Router
+    from appliance.models.router_training import build_router, load_questions
+    from appliance.text import normalise_question
 
-    try:
-        from appliance.config import RouterSettings
-        bias, max_words = RouterSettings().bias, RouterSettings().max_words_small
-    except ImportError:
-        bias, max_words = 0.0, 60
-    texts, labels, categories = r.load_questions(QUESTIONS)
+    bias, max_words = RouterSettings().bias, RouterSettings().max_words_small
+    texts, labels, categories = load_questions(QUESTIONS)
     encoder = load_encoder("minilm", REPO / "models" / "build" / "minilm", threads=1)
     started = time.perf_counter()
-    normalised = [r.normalise_question(t) for t in texts]
+    normalised = [normalise_question(t) for t in texts]
     embeddings = np.vstack([encoder.encode(normalised[i:i + 128]).dense for i in range(0, len(texts), 128)])
     encode_s = time.perf_counter() - started
     started = time.perf_counter()
-    path = r.build_router(CACHE / "router", QUESTIONS, encoder)
+    path = build_router(CACHE / "router", QUESTIONS, encoder)
     build_s = time.perf_counter() - started
-    router = r.Router.load(path)
-    kwargs = {"categories": categories} if "categories" in r.evaluate_router.__code__.co_varnames else {}
-    in_sample = r.evaluate_router(router, texts, labels, embeddings, bias, max_words, **kwargs)
+    router = Router.load(path)
+    in_sample = evaluate_router(router, texts, labels, embeddings, bias, max_words, categories=categories)
     out = {"questions": len(texts), "complex": int(sum(labels)), "bias": bias, "max_words_small": max_words,
            "encode_s": round(encode_s, 1), "build_s": round(build_s, 1), "router_file": str(path),
            "in_sample": _clean(in_sample)}
-    if hasattr(r, "cross_validate"):
-        log("  router: 5-fold cross-validation")
-        cv = r.cross_validate(texts, labels, embeddings, encoder.name, folds=5, bias=bias,
-                              max_words_small=max_words, **kwargs)
-        out["cross_validated"] = _clean(cv)
+    log("  router: 5-fold cross-validation")
+    cv = cross_validate(texts, labels, embeddings, encoder.name, folds=5, bias=bias, max_words_small=max_words,
+                        categories=categories)
+    out["cross_validated"] = _clean(cv)
     return out
 
 

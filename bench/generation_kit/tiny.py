@@ -57,11 +57,11 @@ def _weights(folder: Path) -> int:
 
 
 def awq_runnable() -> tuple[bool, str]:
-    """Whether vLLM can run AWQ on this machine (quantize.vllm_can_run_awq), with the CPU capability."""
+    """Whether vLLM can run AWQ on this machine (platform.vllm_can_run_awq), with the CPU capability."""
     import torch
 
     try:
-        from appliance.models.quantize import vllm_can_run_awq
+        from appliance.generate.platform import vllm_can_run_awq
     except ImportError:
         return True, "unknown"
     capability = torch.backends.cpu.get_cpu_capability()

@@ -19,7 +19,8 @@ import numpy as np
 
 from appliance.config import Settings, load_settings
 from appliance.evaluate import EVAL_PARTITION, EVAL_TENANT, BeirData, beir_documents, load_beir
-from appliance.pipeline import Appliance
+
+from .kit import BenchApp
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO.parent / "shared" / "data"
@@ -95,7 +96,7 @@ def _fingerprint(spec: DatasetSpec, data: BeirData, settings: Settings) -> dict:
             "chunking": repr(settings.chunking), "index": repr(settings.index), "code": code_hash()}
 
 
-async def open_appliance(spec: DatasetSpec, data: BeirData, tag: str, log=print) -> tuple[Appliance, Path, dict]:
+async def open_appliance(spec: DatasetSpec, data: BeirData, tag: str, log=print) -> tuple[BenchApp, Path, dict]:
     """Start an appliance over the cached data folder, ingesting the corpus first if the cache is missing or stale.
     Returns the started appliance, its data folder and ingest facts (time, chunks, cached or not)."""
     folder = CACHE / f"{spec.name}-{tag}"
@@ -109,8 +110,7 @@ async def open_appliance(spec: DatasetSpec, data: BeirData, tag: str, log=print)
         shutil.rmtree(folder)
         meta = {}
     cached = bool(meta)
-    app = Appliance(settings)
-    await app.start(warm_up=False, generation=False)
+    app = await BenchApp.open(settings)
     if not cached:
         meta = {"fingerprint": wanted, **await _ingest(app, data, log)}
         meta_path.write_text(json.dumps(meta, indent=1))
@@ -119,29 +119,28 @@ async def open_appliance(spec: DatasetSpec, data: BeirData, tag: str, log=print)
     return app, folder, {k: v for k, v in meta.items() if k != "fingerprint"} | {"cached": cached}
 
 
-async def _ingest(app: Appliance, data: BeirData, log) -> dict:
+async def _ingest(app: BenchApp, data: BeirData, log) -> dict:
     docs = beir_documents(data.corpus)
     log(f"  ingesting {len(docs)} documents (encoding is the slow part)")
     started = time.perf_counter()
     # Not waiting per batch lets the indexer coalesce the batches into a few large builds.
     for start in range(0, len(docs), 256):
-        await app.ingest(EVAL_TENANT, EVAL_PARTITION, docs[start:start + 256], wait=False)
-    await app.ingest(EVAL_TENANT, EVAL_PARTITION, [], wait=True)
+        await app.services.library.ingest(EVAL_TENANT, EVAL_PARTITION, docs[start:start + 256], wait=False)
+    await app.services.library.ingest(EVAL_TENANT, EVAL_PARTITION, [], wait=True)
     seconds = round(time.perf_counter() - started, 1)
     snapshot = eval_snapshot(app)
     log(f"  ingested {len(docs)} documents -> {snapshot.size} chunks in {seconds} s")
     return {"ingest_s": seconds, "chunks": snapshot.size, "docs": len(docs)}
 
 
-def eval_snapshot(app: Appliance):
-    for indexer in app.indexers.values():
-        if indexer.partition.tenant == EVAL_TENANT and indexer.partition.name == EVAL_PARTITION:
-            assert indexer.snapshot is not None, "the eval partition has no index"
-            return indexer.snapshot
-    raise LookupError("no eval partition in this data folder")
+def eval_snapshot(app: BenchApp):
+    snapshot = app.services.library.snapshot(EVAL_TENANT, EVAL_PARTITION)
+    if snapshot is None:
+        raise LookupError("no indexed eval partition in this data folder")
+    return snapshot
 
 
-def read_corpus(app: Appliance) -> Corpus:
+def read_corpus(app: BenchApp) -> Corpus:
     """Copy the chunk texts, document keys and vectors out of the index (so they outlive the appliance)."""
     snap = eval_snapshot(app)
     infos = [snap.chunk(row) for row in range(snap.size)]

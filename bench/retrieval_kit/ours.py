@@ -14,10 +14,10 @@ from pathlib import Path
 import httpx
 
 from appliance.evaluate import EVAL_TENANT, BeirData, score_queries
-from appliance.pipeline import Appliance
 from appliance.retrieve import PartitionFilter
 
 from .data import REPO
+from .kit import BenchApp
 from .loadclient import Pool
 from .measure import QUALITY_K, SPEED_K, async_throughput, latency_stats, ms_since
 
@@ -26,7 +26,7 @@ CONFIGS = [("bm25", "bm25", False), ("dense", "dense", False), ("hybrid", "hybri
            ("hybrid+late", "hybrid", True)]
 
 
-async def quality(app: Appliance, data: BeirData, has_tokens: bool, log=print) -> dict[str, dict]:
+async def quality(app: BenchApp, data: BeirData, has_tokens: bool, log=print) -> dict[str, dict]:
     """The product's own evaluation loop (appliance.evaluate.score_queries) for each configuration."""
     out: dict[str, dict] = {}
     probe = next(iter(data.queries.values()))
@@ -35,7 +35,7 @@ async def quality(app: Appliance, data: BeirData, has_tokens: bool, log=print) -
             out[label] = {"n/a": "encoder has no token vectors"}
             continue
         started = time.perf_counter()
-        out[label] = await score_queries(app, data, mode=mode, late_interaction=late)
+        out[label] = await score_queries(app.services.retriever, data, mode=mode, late_interaction=late)
         # How many chunks a k=150 search really returns: recall@100 means little if it is fewer.
         found = await app.search(probe, PartitionFilter(EVAL_TENANT), QUALITY_K, late_interaction=late, mode=mode)
         out[label]["hits_for_k150"] = len(found.hits)
@@ -43,8 +43,8 @@ async def quality(app: Appliance, data: BeirData, has_tokens: bool, log=print) -
     return out
 
 
-async def latency(app: Appliance, queries: list[str], late: bool = False, warm_up: int = 5) -> dict:
-    """Sequential single queries through Appliance.search: query encoding included, HTTP excluded."""
+async def latency(app: BenchApp, queries: list[str], late: bool = False, warm_up: int = 5) -> dict:
+    """Sequential single queries through the retriever's search: query encoding included, HTTP excluded."""
     where = PartitionFilter(EVAL_TENANT)
     for q in queries[:warm_up]:
         await app.search(q, where, SPEED_K, late_interaction=late)
@@ -56,16 +56,16 @@ async def latency(app: Appliance, queries: list[str], late: bool = False, warm_u
     return latency_stats(samples)
 
 
-async def inprocess_throughput(app: Appliance, queries: list[str], clients: int, late: bool) -> dict:
-    """`clients` concurrent asyncio callers of Appliance.search: the like-for-like figure against in-process peers."""
+async def inprocess_throughput(app: BenchApp, queries: list[str], clients: int, late: bool) -> dict:
+    """`clients` concurrent asyncio callers of the retriever's search: the like-for-like figure against in-process
+    peers."""
     where = PartitionFilter(EVAL_TENANT)
     await app.search(queries[0], where, SPEED_K, late_interaction=late)
-    batches_before = app.batcher.stats.batches if app.batcher else 0
-    items_before = app.batcher.stats.items if app.batcher else 0
+    stats = app.services.retriever.encoder_stats
+    batches_before, items_before = stats.batches, stats.items
     result = await async_throughput(lambda q: app.search(q, where, SPEED_K, late_interaction=late), queries, clients)
-    if app.batcher:  # how well the micro-batcher coalesced the concurrent query encodings
-        batches = app.batcher.stats.batches - batches_before
-        result["mean_encode_batch"] = round((app.batcher.stats.items - items_before) / max(batches, 1), 1)
+    batches = stats.batches - batches_before  # how well the micro-batcher coalesced the concurrent encodings
+    result["mean_encode_batch"] = round((stats.items - items_before) / max(batches, 1), 1)
     return result
 
 

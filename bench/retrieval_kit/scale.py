@@ -3,7 +3,7 @@
 The chunks are SciFact's own, repeated with small perturbations, because encoding 100k texts would take hours on
 2 cores: each copy's vector gets gaussian noise (then re-normalised) and its text loses one word and has two
 neighbouring words swapped, so neither the HNSW graph nor the BM25 index sees exact duplicates. The partition is
-written with the product's own `build_version`, and searched through the same path as `Appliance.search`:
+written with the product's own `build_version`, and searched through the same path as `the retriever's search`:
 the micro-batched encoder, the BM25 tokenizer and `HybridSearcher` with the default settings. Then, search-only
 (query vectors computed beforehand), the same searcher alone and the peers over the same chunks (scalepeers.py).
 """
@@ -19,12 +19,14 @@ from pathlib import Path
 
 import numpy as np
 
+from appliance.config import IndexSettings
 from appliance.index import NewChunks, PartitionSnapshot, build_version, current_version
-from appliance.pipeline import Appliance
-from appliance.retrieve import Target, Timings
+from appliance.retrieve import Target
+from appliance.timings import Stage, Timings
 from appliance.text import BM25Tokenizer
 
 from .data import CACHE, code_hash, make_settings
+from .kit import StageKit
 from .measure import SPEED_K, folder_bytes, latency_stats, ms_since, rss_bytes
 from .searchonly import OursSearchOnly, QueryVectors, encode_queries
 
@@ -99,15 +101,14 @@ def _perturb(text: str, rng: random.Random) -> str:
 async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[str], late: bool,
                   search_only: dict | None) -> tuple[dict, QueryVectors | None]:
     """Open the partition fresh, then time sequential searches; memory = files on disk and RSS growth.
-    The encoder, tokenizer and searcher are an (empty) appliance's own, so the path is exactly the product's.
+    The encoder, tokenizer and searcher are the product's own stage classes built from its settings.
     `search_only` ({"clients", "max_requests"}): also time the searcher alone; the query vectors are returned."""
-    app = Appliance(make_settings(partition_dir.parent / "app", "minilm"))
-    await app.start(warm_up=False, generation=False)
+    app = await StageKit.open(make_settings(partition_dir.parent / "app", "minilm"))
     try:
         version = current_version(partition_dir)
         gc.collect()
         rss_before = rss_bytes()
-        snapshot = PartitionSnapshot(version, app.settings.index.expansion_search)
+        snapshot = PartitionSnapshot(version, IndexSettings().expansion_search)
         rss_open = rss_bytes()
         targets = [Target("scale", snapshot)]
 
@@ -116,10 +117,10 @@ async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[
             started = time.perf_counter()
             query = await app.batcher.encode(text)
             terms = app.tokenizer(text)
-            timings.add("encode", ms_since(started))
+            timings.add(Stage.ENCODE, ms_since(started))
             await app.searcher.search(targets, query.dense, query.tokens, terms, SPEED_K, timings, late=with_late)
-            timings.add("total", ms_since(started))
-            return timings.stages
+            timings.add(Stage.TOTAL, ms_since(started))
+            return timings.as_dict()
 
         out: dict = {"chunks": snapshot.size}
         configs = [("hybrid", False)] + ([("hybrid+late", True)] if late else [])

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from appliance.encode import MicroBatcher
-from appliance.retrieve import HybridSearcher, Target, Timings
+from appliance.retrieve import HybridSearcher, Target
+from appliance.timings import Timings
 from appliance.text import BM25Tokenizer
 
 from .measure import SPEED_K, async_throughput, latency_stats, ms_since, rounds_for, sequential_latency, \

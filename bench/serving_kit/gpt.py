@@ -111,13 +111,13 @@ def evaluate_sweep(pairs, vectors, thresholds: list[float], direct: float | None
 
 
 def _judge(pairs, answers: list) -> tuple[int, int]:
-    from appliance.cache.keys import normalise
+    from appliance.text import question_key
 
     right = wrong = 0
     for pair, answer in zip(pairs, answers):
         if answer is None:
             continue
-        if pair.label == 1 and normalise(answer) == normalise(pair.a):
+        if pair.label == 1 and question_key(answer) == question_key(pair.a):
             right += 1
         else:
             wrong += 1
@@ -125,7 +125,7 @@ def _judge(pairs, answers: list) -> tuple[int, int]:
 
 
 def breakdown(pairs, found: list) -> dict:
-    from appliance.cache.keys import normalise
+    from appliance.text import question_key
 
     on_dup = sum(1 for p, f in zip(pairs, found) if f is not None and p.label == 1 and normalise(f) != normalise(p.a))
     on_non = sum(1 for p, f in zip(pairs, found) if f is not None and p.label == 0)

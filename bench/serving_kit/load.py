@@ -23,7 +23,7 @@ from generation_kit.engine import Contention  # bench/ is on sys.path
 from .vectors import DATA, REPO
 
 P99_LIMIT_MS = 2000.0
-TENANT = "default"  # the demo corpus' tenant (appliance.pipeline.DEMO_TENANT)
+TENANT = "default"  # the demo corpus' tenant (appliance.wiring.DEMO_TENANT)
 MIX = {"new_simple": 0.35, "new_complex": 0.15, "exact_repeat": 0.3, "paraphrase": 0.2}
 SEEDS, WARM_SIMPLE, WARM_COMPLEX, WARM_CLIENTS = 12, 6, 2, 4
 NAIVE = {"APPLIANCE_CACHE_ENABLED": "false", "APPLIANCE_ENCODER_MAX_BATCH": "1",

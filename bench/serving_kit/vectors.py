@@ -42,9 +42,9 @@ def load_dataset(name: str, models_dir: Path, log) -> tuple[list, Vectors, str]:
 
 
 def _vectors(name: str, path: Path, encoder: str, texts: list[str], models_dir: Path, log) -> Vectors:
-    from appliance.models import model_path
+    from appliance.paths import model_folder
 
-    folder = model_path(models_dir, encoder)
+    folder = model_folder(models_dir, encoder)
     digest = hashlib.sha256(path.read_bytes())
     for f in sorted(folder.iterdir()):
         digest.update(f.name.encode() + str(f.stat().st_size).encode())

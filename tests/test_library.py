@@ -1,13 +1,15 @@
-"""The whole write and read path in one process: real encoder, real SQLite, real indexes on disk."""
+"""The library and the retriever in one process: real encoder, real SQLite, real indexes on disk."""
 import asyncio
+import contextlib
 import json
 from dataclasses import replace
 
 import pytest
 
 from appliance.ingest import DocumentInput
-from appliance.pipeline import Appliance, DataDirBusy, KindConflict
+from appliance.library import KindConflict
 from appliance.retrieve import PartitionFilter
+from appliance.wiring import DataDirBusy, Services, open_services
 
 from support import make_settings, run
 
@@ -19,10 +21,18 @@ DOCS = [
 ]
 
 
-async def started(settings) -> Appliance:
-    app = Appliance(settings)
-    await app.start()
-    return app
+class Box:
+    """The services as these tests drive them: the library's writes, the retriever's search, then close."""
+
+    def __init__(self, services: Services, stack: contextlib.AsyncExitStack):
+        self.library, self.stop = services.library, stack.aclose
+        self.ingest, self.delete, self.partitions = self.library.ingest, self.library.delete, self.library.partitions
+        self.search = services.retriever.search
+
+
+async def started(settings) -> Box:
+    stack = contextlib.AsyncExitStack()
+    return Box(await stack.enter_async_context(open_services(settings)), stack)
 
 
 def ids(result) -> list[str]:
@@ -155,7 +165,7 @@ def test_restart_catches_up_an_index_left_behind_the_store(settings):
 
     result, parts = run(go())
     assert ids(result)[0] == "code"
-    assert parts[0]["version"] == parts[0]["indexed_version"] == 2 and parts[0]["chunks"] == 4
+    assert parts[0].version == parts[0].indexed_version == 2 and parts[0].chunks == 4
 
 
 def test_a_data_dir_is_used_by_one_process_at_a_time(settings):
@@ -163,7 +173,7 @@ def test_a_data_dir_is_used_by_one_process_at_a_time(settings):
         first = await started(settings)
         try:
             with pytest.raises(DataDirBusy):
-                await Appliance(settings).start()
+                await started(settings)
         finally:
             await first.stop()
         second = await started(settings)  # released on stop
@@ -215,7 +225,7 @@ def test_a_partition_keeps_its_kind(settings):
         return parts
 
     parts = run(go())
-    assert [(p["kind"], p["chunks"]) for p in parts] == [("mail", 2)]
+    assert [(p.kind, p.chunks) for p in parts] == [("mail", 2)]
 
 
 def test_a_failed_index_build_keeps_the_documents_and_recovers(settings, monkeypatch):
@@ -251,7 +261,7 @@ def test_an_unreadable_index_is_rebuilt_from_the_store_at_boot(settings, damage)
     async def go():
         app = await started(settings)
         await app.ingest("acme", "kb", DOCS)
-        folder = next(iter(app.indexers.values())).snapshot.folder
+        folder = app.library.snapshots()[0].folder
         await app.stop()
         if damage == "garbage":
             (folder / "chunk_ids.npy").write_bytes(b"garbage")
@@ -260,7 +270,7 @@ def test_an_unreadable_index_is_rebuilt_from_the_store_at_boot(settings, damage)
             (folder / "manifest.json").write_text(json.dumps({**manifest, "format": 1}))
         app = await started(settings)
         result = await app.search("XK-4471", PartitionFilter("acme"), 2)
-        rebuilt = next(iter(app.indexers.values())).snapshot.folder
+        rebuilt = app.library.snapshots()[0].folder
         await app.stop()
         return result, folder, rebuilt
 

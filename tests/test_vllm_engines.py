@@ -1,9 +1,9 @@
-"""Engine pool helpers that need no engine."""
+"""vLLM engine-set helpers that need no engine: socket folder, leftover processes."""
 import shutil
 import uuid
 from pathlib import Path
 
-from appliance.generate.pool import _socket_dir
+from appliance.generate.vllm_engines import _socket_dir
 
 
 def test_socket_dir_stays_short_enough_for_unix_sockets(tmp_path):
@@ -28,7 +28,7 @@ def test_engine_processes_left_by_a_killed_run_are_ended_at_boot(tmp_path):
 
     import psutil
 
-    from appliance.generate.pool import PIDS_FILE, _reap_leftovers
+    from appliance.generate.vllm_engines import PIDS_FILE, _reap_leftovers
 
     code = ("import ctypes, sys, time; ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0); "
             "print('ok', flush=True); time.sleep(120)")

@@ -1,0 +1,11 @@
+"""One typed settings object, read once at boot from a TOML file plus APPLIANCE_* environment variables and
+validated there (`load.py`); the sections and their defaults are in `sections.py`. Stages receive the sections
+they need, never the environment."""
+from .load import ENV_PREFIX, ConfigError, load_settings
+from .sections import (ENGINE_ROLES, AdmissionSettings, CacheSettings, ChunkSettings, EncoderSettings,
+                       EngineSettings, GenerateSettings, IndexSettings, RetrieveSettings, RouterSettings,
+                       ServerSettings, Settings, TelemetrySettings)
+
+__all__ = ["AdmissionSettings", "CacheSettings", "ChunkSettings", "ConfigError", "ENGINE_ROLES", "ENV_PREFIX",
+           "EncoderSettings", "EngineSettings", "GenerateSettings", "IndexSettings", "RetrieveSettings",
+           "RouterSettings", "ServerSettings", "Settings", "TelemetrySettings", "load_settings"]

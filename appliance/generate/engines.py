@@ -1,0 +1,234 @@
+"""The engine seam: what the answer path needs from an engine, and the set of engines it picks from.
+
+`TextEngine` is the protocol a generating engine implements (the vLLM one in `engine.py`; a scripted one in the
+tests injects faults). `EngineSet` maps roles ("small", "large", ... as configured) to engines, picks one per
+request by role and load, and brings dead engines back one at a time while the others take their traffic.
+Nothing here knows vLLM.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+log = logging.getLogger("appliance.generate")
+MAX_BACKOFF_S = 60.0
+SUPERVISE_EVERY_S = 0.5
+
+
+class EngineDown(RuntimeError):
+    """The engine is not serving (starting, restarting, or it died under this request)."""
+
+
+@dataclass(slots=True)
+class Delta:
+    text: str
+    completion_tokens: int  # generated so far
+    prompt_tokens: int
+    cached_tokens: int  # prompt tokens served from the prefix cache
+    finish_reason: str | None
+
+
+@dataclass(slots=True, frozen=True)
+class EngineLimits:
+    max_model_len: int  # prompt + answer tokens
+    max_tokens: int  # cap for any one answer
+    context_tokens: int  # token budget for retrieved passages in a prompt
+    max_queue: int  # requests it holds (running + waiting); past that it takes no more
+
+
+@dataclass(slots=True, frozen=True)
+class EngineStatus:
+    role: str
+    state: str  # stopped, starting, up, down
+    model: str
+    device: str
+    dtype: str
+    max_model_len: int
+    in_flight: int
+    restarts: int
+    estimated_wait_s: float
+    start_s: float | None
+    running: int = 0
+    waiting: int = 0
+    kv_cache_usage: float = 0.0
+    prefix_cache_queries: int = 0
+    prefix_cache_hits: int = 0
+    prefix_cache_hit_rate: float = 0.0
+    requests_finished: int = 0
+    prompt_tokens: int = 0
+    generation_tokens: int = 0
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+    queue_p99_ms: float | None = None
+
+
+SampleListener = Callable[[str, float], None]  # ("ttft" | "queue", seconds)
+
+
+class TextEngine(Protocol):
+    role: str
+    limits: EngineLimits
+
+    @property
+    def state(self) -> str: ...
+    @property
+    def up(self) -> bool: ...
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def estimated_wait_s(self) -> float: ...
+    @property
+    def tokenizer(self) -> Any: ...  # a Hugging Face tokenizer with a chat template
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    def mark_down(self) -> None: ...
+
+    def stream(self, prompt: str, max_tokens: int, temperature: float = 0.0, request_id: str | None = None,
+               learn: bool = True) -> AsyncIterator[Delta]:
+        """Token deltas; closing the iterator early aborts the request. Raises EngineDown if the engine dies."""
+        ...
+
+    def status(self) -> EngineStatus: ...
+    def on_sample(self, listener: SampleListener) -> None: ...
+
+
+@dataclass(slots=True, frozen=True)
+class Pick:
+    engine: TextEngine | None  # None: no engine can take it now; answer retrieval-only
+    reason: str  # why not the preferred one ("" when it is)
+
+
+class EngineSet(Mapping[str, TextEngine]):
+    """Engines by role, in fallback order. Started one after the other (two vLLM engines starting at once is a
+    known failure), and so are restarts."""
+
+    def __init__(self, engines: Mapping[str, TextEngine], wait_budget_s: float = float("inf"),
+                 restart_delay_s: float = 2.0, after_start: Callable[[], None] | None = None):
+        self._engines = dict(engines)
+        self.roles: tuple[str, ...] = tuple(self._engines)
+        self.wait_budget_s = wait_budget_s  # an engine whose estimated wait is above this takes no new request
+        self.restart_delay_s = restart_delay_s
+        self._after_start = after_start or (lambda: None)  # e.g. note the processes of the engines
+        self._start_lock = asyncio.Lock()
+        self._restarting: dict[str, asyncio.Task] = {}
+        self._supervisor: asyncio.Task | None = None
+        self._prompts_for: Callable[[Any], list[str]] | None = None
+
+    def __getitem__(self, role: str) -> TextEngine:
+        return self._engines[role]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._engines)
+
+    def __len__(self) -> int:
+        return len(self._engines)
+
+    async def start(self) -> None:
+        for engine in self._engines.values():
+            async with self._start_lock:
+                await engine.start()
+            self._after_start()
+        self._supervisor = asyncio.create_task(self._supervise())
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._supervisor, *self._restarting.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for engine in self._engines.values():
+            await engine.stop()
+
+    async def warm_up(self, prompts_for: Callable[[Any], list[str]]) -> float:
+        """Prefill every prompt (rendered with each engine's own tokenizer) once on each engine, so the first
+        request already hits the prefix cache. Returns the milliseconds it took."""
+        started = time.perf_counter()
+        self._prompts_for = prompts_for  # a restarted engine comes back with an empty cache: warm it again
+        for engine in self._engines.values():
+            await self._prefill(engine)
+        return (time.perf_counter() - started) * 1000
+
+    async def _prefill(self, engine: TextEngine) -> None:
+        if self._prompts_for is not None:
+            for prompt in self._prompts_for(engine.tokenizer):
+                async for _ in engine.stream(prompt, max_tokens=1, learn=False):
+                    pass
+
+    def pick(self, preferred: str, forced: bool = False, exclude: tuple[str, ...] = ()) -> Pick:
+        """The preferred engine unless it is off, down, full or would keep the request waiting past the budget;
+        then the first other one that can take it (unless the client forced this one); else none."""
+        problem = self._problem(preferred) if preferred not in exclude else "failed this request"
+        if problem is None:
+            return Pick(self._engines[preferred], "")
+        problems = [f"{preferred} {problem}"]
+        if not forced:
+            for role in self.roles:
+                if role == preferred or role in exclude:
+                    continue
+                other = self._problem(role)
+                if other is None:
+                    return Pick(self._engines[role], f"{problems[0]}: sent to {role}")
+                problems.append(f"{role} {other}")
+        return Pick(None, ", ".join(problems))
+
+    def _problem(self, role: str) -> str | None:
+        engine = self._engines.get(role)
+        if engine is None:
+            return "engine is turned off"
+        if not engine.up:
+            return f"engine is {'restarting' if engine.state in ('down', 'starting') else engine.state}"
+        if engine.in_flight >= engine.limits.max_queue:
+            return f"queue is full ({engine.in_flight} in flight)"
+        wait = engine.estimated_wait_s
+        if wait > self.wait_budget_s:
+            return f"estimated wait {wait:.1f} s is over the {self.wait_budget_s:g} s budget"
+        return None
+
+    def report_dead(self, engine: TextEngine) -> None:
+        if engine.role in self._restarting or engine.state == "starting":
+            return  # already being brought back
+        engine.mark_down()
+        self._restarting[engine.role] = asyncio.create_task(self._restart(engine))
+
+    async def _supervise(self) -> None:
+        while True:
+            await asyncio.sleep(SUPERVISE_EVERY_S)
+            for engine in self._engines.values():
+                if engine.state == "up" and not engine.up:
+                    log.error("engine %s died; restarting", engine.role)
+                    self.report_dead(engine)
+
+    async def _restart(self, engine: TextEngine) -> None:
+        delay = self.restart_delay_s
+        try:
+            while True:
+                with contextlib.suppress(Exception):
+                    await engine.stop()
+                engine.mark_down()
+                await asyncio.sleep(delay)
+                try:
+                    async with self._start_lock:
+                        await engine.start()
+                    self._after_start()
+                    await self._prefill(engine)
+                    return
+                except Exception:
+                    log.exception("engine %s failed to restart; next try in %.0f s", engine.role, delay * 2)
+                    delay = min(delay * 2, MAX_BACKOFF_S)
+        finally:
+            self._restarting.pop(engine.role, None)
+
+    def status(self) -> dict[str, EngineStatus]:
+        return {role: engine.status() for role, engine in self._engines.items()}
+
+    def on_sample(self, listener: Callable[[str, str, float], None]) -> None:
+        """`listener(role, kind, seconds)` for every TTFT and queue-time sample the engines report."""
+        for role, engine in self._engines.items():
+            engine.on_sample(lambda kind, seconds, role=role: listener(role, kind, seconds))

@@ -1,0 +1,23 @@
+"""Where model folders live: one rule for every layer (the build writes there; encoders, router and engines read)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class ModelNotFound(FileNotFoundError):
+    """No checkpoint folder for a model name."""
+
+
+def model_folder(models_dir: Path, name: str) -> Path:
+    """models_dir/build/<name>: where `appliance models build` puts (or links) the model `name`."""
+    return Path(models_dir) / "build" / name
+
+
+def checkpoint_folder(models_dir: Path, name: str) -> Path:
+    """A built model's name (models/build/<name>) or a checkpoint folder (GPU boxes bring their own), resolved."""
+    candidates = [model_folder(models_dir, name), Path(name)]
+    for folder in candidates:
+        if (folder / "config.json").is_file():
+            return folder.resolve()
+    raise ModelNotFound(f"model {name!r}: no checkpoint (config.json) in {' or '.join(map(str, candidates))}; "
+                        "run `appliance models build`")

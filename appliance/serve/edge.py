@@ -1,0 +1,135 @@
+"""What every route shares: the app's HTTP-side state, readiness, the caller's tenant, and reading a body.
+
+`create_app` builds one `Edge` from the settings before anything boots and puts it on `app.state.edge`; the
+services arrive later on `app.state.services`, and `require_ready` is the only way a route reaches them, so no
+route can touch a service that is still starting (or already closed).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from starlette.requests import Request
+
+from ..config import Settings
+from .admission import Gate
+from .errors import ApiError
+from .metrics import Metrics
+from .schemas import ask_body, chat_body, ingest_body, search_body
+from .telemetry import Telemetry
+from .validation import NAME_PATTERN, Spec, parse_json, validate
+
+if TYPE_CHECKING:
+    from ..wiring import Services
+
+NAME = Spec("string", pattern=NAME_PATTERN, required=True)  # a tenant or partition named outside a body
+
+
+@dataclass(frozen=True, slots=True)
+class BodySpecs:
+    """The request bodies' specs, built once from the settings (limits such as max_body_bytes live in them)."""
+    ingest: Spec
+    search: Spec
+    ask: Spec
+    chat: Spec
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "BodySpecs":
+        return cls(ingest_body(settings), search_body(settings), ask_body(settings), chat_body(settings))
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """The HTTP layer's own parts, which exist from the start (the services do not)."""
+    settings: Settings
+    bodies: BodySpecs
+    openapi: dict[str, Any]
+    metrics: Metrics
+    telemetry: Telemetry
+    gate: Gate
+
+
+class Phase(StrEnum):
+    STARTING = "starting"
+    READY = "ready"
+    FAILED = "failed"
+    STOPPING = "stopping"
+
+
+@dataclass(frozen=True, slots=True)
+class BootState:
+    """Where the services' boot stands; replaced (never changed) on `app.state.boot` as it moves on."""
+    phase: Phase
+    error: str | None = None  # why the boot failed
+
+    def not_ready(self) -> ApiError:
+        if self.phase is Phase.FAILED:
+            return ApiError.unavailable("not_ready", f"boot failed: {self.error}")
+        return ApiError.unavailable("not_ready", "shutting down" if self.phase is Phase.STOPPING else "warming up")
+
+
+def edge(request: Request) -> Edge:
+    return request.app.state.edge
+
+
+def require_ready(request: Request) -> Services:
+    """The services, or 503 while they start, after a failed boot, or once shutting down."""
+    boot: BootState = request.app.state.boot
+    if boot.phase is not Phase.READY:
+        raise boot.not_ready()
+    return request.app.state.services
+
+
+def tenant_of(request: Request, given: str | None, field: str = "tenant") -> str:
+    """The API key's tenant; a request may repeat it but never name another. Without keys, the given one."""
+    key_tenant = request.state.tenant
+    if given is not None:
+        validate(given, NAME, field)
+    if key_tenant is None:
+        if given is None:
+            raise ApiError.invalid("is required", field)
+        tenant = given
+    elif given is not None and given != key_tenant:
+        raise ApiError.forbidden(f"this API key belongs to tenant {key_tenant!r}", field)
+    else:
+        tenant = key_tenant
+    request.state.record.tenant = tenant
+    return tenant
+
+
+def tenant_param(request: Request) -> str:
+    return tenant_of(request, request.query_params.get("tenant"))
+
+
+def name_param(request: Request, name: str) -> str | None:
+    """An optional partition-style name from the query string."""
+    value = request.query_params.get(name)
+    return None if value is None else validate(value, NAME, name)
+
+
+async def read_body(request: Request, spec: Spec) -> dict:
+    """The JSON body validated against `spec`, its tenant filled in from the API key when it names none."""
+    body = await _read_json(request, edge(request).settings.server.max_body_bytes)
+    if isinstance(body, dict) and request.state.tenant is not None and body.get("tenant") is None:
+        body["tenant"] = request.state.tenant
+    body = validate(body, spec)
+    if body.get("tenant") is not None:
+        body["tenant"] = tenant_of(request, body["tenant"])
+    return body
+
+
+async def _read_json(request: Request, limit: int) -> Any:
+    """Stops reading at `limit` bytes, whatever Content-Length said (or whether it said anything)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError.too_large(limit)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ApiError.too_large(limit)
+        chunks.append(chunk)
+    if not size:
+        raise ApiError.bad_body("body is empty; a JSON object is expected")
+    return parse_json(b"".join(chunks))

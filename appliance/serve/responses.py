@@ -1,0 +1,135 @@
+"""One JSON shape per response object: what a client sees of a hit, a source, a route, a usage, an answer, a
+partition, an ingest and an engine. Every route and stream serialises through these, so the same object never
+reaches the wire two different ways.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ..answer import Done, Failed, Route, Source, Sources, Usage
+from ..generate import EngineStatus
+from ..library import IngestResult, PartitionInfo
+from ..retrieve import Hit
+
+
+def hit_json(h: Hit) -> dict[str, Any]:
+    c = h.chunk
+    return {"document_id": c.doc_key, "chunk_id": c.chunk_id, "chunk": c.ordinal, "partition": h.partition,
+            "title": c.title, "text": c.text, "source": c.source, "metadata": c.metadata, "score": h.score,
+            "rrf_score": h.rrf, "bm25_rank": h.bm25_rank, "ann_rank": h.ann_rank, "late_score": h.late}
+
+
+def source_json(s: Source) -> dict[str, Any]:
+    return {"n": s.n, "document_id": s.document_id, "chunk_id": s.chunk_id, "partition": s.partition,
+            "title": s.title, "source": s.source, "text": s.text, "score": s.score}
+
+
+def route_json(r: Route) -> dict[str, Any]:
+    return {"engine": r.engine, "requested": r.requested, "reason": r.reason, "p_large": r.p_large}
+
+
+def usage_json(u: Usage) -> dict[str, Any]:
+    out: dict[str, Any] = {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+                           "total_tokens": u.total_tokens, "cached_prompt_tokens": u.cached_prompt_tokens}
+    if u.passages_in_prompt is not None:  # only a generated answer built a prompt
+        out["passages_in_prompt"] = u.passages_in_prompt
+    return out
+
+
+def openai_usage_json(u: Usage) -> dict[str, Any]:
+    return {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+            "total_tokens": u.total_tokens, "prompt_tokens_details": {"cached_tokens": u.cached_prompt_tokens}}
+
+
+def sources_json(s: Sources) -> dict[str, Any]:
+    """The native stream's first event; also where the JSON answer takes its sources from."""
+    return {"sources": [source_json(x) for x in s.sources], "partitions": s.partitions, "route": route_json(s.route)}
+
+
+def done_json(d: Done) -> dict[str, Any]:
+    return {"answer": d.text, "finish_reason": d.finish_reason, "degraded": d.degraded, "cache": d.cache,
+            "route": route_json(d.route), "usage": usage_json(d.usage), "timings_ms": d.timings.as_dict()}
+
+
+def failed_json(f: Failed) -> dict[str, Any]:
+    return {"error": {"code": "engine_failed", "message": f.message}, "route": route_json(f.route)}
+
+
+def partition_json(p: PartitionInfo) -> dict[str, Any]:
+    return {"tenant": p.tenant, "name": p.name, "kind": p.kind, "version": p.version,
+            "indexed_version": p.indexed_version, "chunks": p.chunks}
+
+
+def ingest_json(r: IngestResult) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "tenant": r.tenant, "partition": r.partition, "version": r.version, "indexed_version": r.indexed_version,
+        "indexed": r.indexed, "documents": [{"id": d.key, "status": d.status, "chunks": d.chunks} for d in r.documents],
+    }
+    if r.index_error:
+        out["index_error"] = r.index_error
+    return out
+
+
+def engine_json(s: EngineStatus) -> dict[str, Any]:
+    return asdict(s)  # the field names are the JSON keys /v1/engines has always had
+
+
+def model_json(role: str, status: EngineStatus | None) -> dict[str, Any]:
+    """An engine as an OpenAI model entry; `status` None: configured but not running (generation off)."""
+    return {"id": role, "object": "model", "created": 0, "owned_by": "rag-appliance",
+            "root": status.model if status else None, "state": status.state if status else "disabled",
+            "max_model_len": status.max_model_len if status else None}
+
+
+def auto_model_json() -> dict[str, Any]:
+    return {"id": "auto", "object": "model", "created": 0, "owned_by": "rag-appliance",
+            "description": "the router picks small or large per question"}
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A whole answer, collected from its events for a client that did not ask for a stream."""
+    sources: Sources
+    done: Done
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMeta:
+    """What every object of one OpenAI chat completion repeats."""
+    id: str
+    created: int  # Unix seconds
+    model: str  # as the client named it
+
+
+def answer_json(a: Answer, request_id: str) -> dict[str, Any]:
+    return {"id": request_id, "sources": [source_json(x) for x in a.sources.sources],
+            "partitions": a.sources.partitions, **done_json(a.done)}
+
+
+def openai_finish(reason: str | None) -> str:
+    """OpenAI knows only "length" and "stop"; a deadline or a degraded answer is a stop to its clients."""
+    return "length" if reason == "length" else "stop"
+
+
+def chat_completion_json(a: Answer, chat: ChatMeta) -> dict[str, Any]:
+    d = a.done
+    return {
+        "id": chat.id, "object": "chat.completion", "created": chat.created, "model": chat.model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": d.text},
+                     "finish_reason": openai_finish(d.finish_reason)}],
+        "usage": openai_usage_json(d.usage), "sources": [source_json(x) for x in a.sources.sources],
+        "route": route_json(d.route), "degraded": d.degraded, "cache": d.cache, "timings_ms": d.timings.as_dict(),
+    }
+
+
+def chat_chunk_json(chat: ChatMeta, delta: dict[str, Any], finish: str | None, **extra: Any) -> dict[str, Any]:
+    return {"id": chat.id, "object": "chat.completion.chunk", "created": chat.created, "model": chat.model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+
+
+def chat_last_chunk_json(chat: ChatMeta, d: Done) -> dict[str, Any]:
+    """The chunk that ends a streamed completion: its finish reason, usage and the appliance's own fields."""
+    return chat_chunk_json(chat, {}, openai_finish(d.finish_reason), usage=openai_usage_json(d.usage),
+                           route=route_json(d.route), degraded=d.degraded, cache=d.cache,
+                           timings_ms=d.timings.as_dict())

@@ -1,0 +1,69 @@
+"""Operating the server: health and readiness probes, metrics, this API's document, and the semantic cache's
+entries (list a tenant's, drop a wrong one)."""
+from __future__ import annotations
+
+import asyncio
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..edge import BootState, Phase, edge, require_ready, tenant_param
+from ..errors import ApiError
+from ..validation import Spec, int_param
+
+LIMIT = Spec("integer", default=100, min=1, max=1000)  # as the OpenAPI document's `limit`
+ENTRY_ID = Spec("integer", required=True, min=0)
+
+
+async def healthz(request: Request) -> JSONResponse:
+    return JSONResponse({"status": "ok"})
+
+
+async def readyz(request: Request) -> JSONResponse:
+    """200 once warm-up is done; 503 while starting or stopping, or after a failed boot (with the error), so a
+    probe can tell "starting" from "dead" while the port is already open."""
+    boot: BootState = request.app.state.boot
+    if boot.phase is Phase.READY:
+        report = request.app.state.services.boot
+        return JSONResponse({"status": "ready", "boot_ms": report.boot_ms, "warm_up_ms": report.warm_up_ms})
+    body = {"status": boot.phase.value}
+    if boot.error:
+        body["error"] = boot.error
+    return JSONResponse(body, status_code=503)
+
+
+async def metrics(request: Request) -> Response:
+    body, content_type = edge(request).metrics.render()
+    return Response(body, media_type=content_type)
+
+
+async def openapi_json(request: Request) -> JSONResponse:
+    return JSONResponse(edge(request).openapi)
+
+
+async def cache_entries(request: Request) -> JSONResponse:
+    admin = require_ready(request).cache_admin
+    tenant = tenant_param(request)
+    limit = int_param(request.query_params.get("limit"), LIMIT, "limit")
+    entries = await asyncio.to_thread(admin.entries, tenant, limit)  # disk reads
+    return JSONResponse({"tenant": tenant, "entries": entries})
+
+
+async def delete_cache_entry(request: Request) -> JSONResponse:
+    admin = require_ready(request).cache_admin
+    tenant = tenant_param(request)
+    entry_id = int_param(request.path_params["id"], ENTRY_ID, "id")
+    if not await asyncio.to_thread(admin.delete, tenant, entry_id):
+        raise ApiError.not_found(f"no cache entry {entry_id} for tenant {tenant!r}", "id")
+    return JSONResponse({"id": entry_id, "deleted": True})
+
+
+routes = [
+    Route("/healthz", healthz, methods=["GET"], name="healthz"),
+    Route("/readyz", readyz, methods=["GET"], name="readyz"),
+    Route("/metrics", metrics, methods=["GET"], name="metrics"),
+    Route("/openapi.json", openapi_json, methods=["GET"], name="openapi"),
+    Route("/v1/cache/entries", cache_entries, methods=["GET"], name="cache"),
+    Route("/v1/cache/entries/{id}", delete_cache_entry, methods=["DELETE"], name="cache"),
+]

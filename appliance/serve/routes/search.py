@@ -1,0 +1,31 @@
+"""POST /v1/search (hybrid search) and GET /v1/partitions."""
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from ..edge import edge, read_body, require_ready, tenant_param
+from ..requests import SearchBody
+from ..responses import hit_json, partition_json
+
+
+async def search(request: Request) -> JSONResponse:
+    retriever = require_ready(request).retriever
+    body = SearchBody.parse(await read_body(request, edge(request).bodies.search))
+    result = await retriever.search(body.query, body.where, body.k, body.late_interaction)
+    timings = result.timings.as_dict()
+    request.state.record.timings.update(timings)
+    return JSONResponse({"results": [hit_json(h) for h in result.hits], "partitions": result.partitions,
+                         "timings_ms": timings})
+
+
+async def partitions(request: Request) -> JSONResponse:
+    library = require_ready(request).library
+    return JSONResponse({"partitions": [partition_json(p) for p in library.partitions(tenant_param(request))]})
+
+
+routes = [
+    Route("/v1/search", search, methods=["POST"], name="search"),
+    Route("/v1/partitions", partitions, methods=["GET"], name="partitions"),
+]

@@ -1,0 +1,202 @@
+"""Builds the services from the settings, in boot order, and takes them down in the reverse order.
+
+`open_services` is the one place that knows how the stages fit together: the data-folder lock, the encoder and
+its micro-batcher, the store and the partition indexes (the library), the caches, the engines and the router,
+the retriever and the answer path, then warm-up. What it yields is frozen: every part exists once it is
+yielded, and nothing outside reaches past a service into its parts.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import threadpoolctl
+
+from .answer import Answerer, AskRequest, Event
+from .cache import CacheAdmin, EmbeddingCache, ExactCache, SemanticCache, SemanticParams, SingleFlight
+from .cached_answers import CachedAnswerer
+from .config import Settings
+from .encode import MicroBatcher, load_encoder
+from .generate import EngineSet, Router, build_vllm_engines, warm_up_prompts
+from .ingest import DocumentInput
+from .library import Library
+from .paths import model_folder
+from .retrieve import HybridSearcher, PartitionFilter, Retriever
+from .store import Store
+from .text import BM25Tokenizer, markdown_title
+from .timings import ms_since
+
+log = logging.getLogger("appliance")
+SAMPLES = Path(__file__).parent / "samples"
+DEMO_TENANT, DEMO_PARTITION = "default", "demo"
+
+
+class DataDirBusy(RuntimeError):
+    """Another appliance process holds this data folder."""
+
+
+class Answers(Protocol):
+    def ask(self, req: AskRequest) -> AsyncIterator[Event]:
+        """The answer's events: sources, then tokens, then done (or failed)."""
+        ...
+
+
+@dataclass(slots=True, frozen=True)
+class BootReport:
+    boot_ms: float
+    warm_up_ms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True, frozen=True)
+class Services:
+    settings: Settings
+    library: Library
+    retriever: Retriever
+    answers: Answers
+    engines: EngineSet  # empty when generation is off
+    cache_admin: CacheAdmin
+    boot: BootReport
+
+
+@contextlib.asynccontextmanager
+async def open_services(settings: Settings, *, warm_up: bool = True,
+                        generation: bool | None = None) -> AsyncIterator[Services]:
+    """Everything the server (or a CLI command) needs, started; `generation=False` skips the engines (tools that
+    only index or search)."""
+    started = time.perf_counter()
+    s = settings
+    # numpy's BLAS only serves small per-request products here (MaxSim); its worker threads would spin against
+    # ONNX Runtime and the search threads for the same cores, so it gets one thread.
+    threadpoolctl.threadpool_limits(limits=1, user_api="blas")
+    async with contextlib.AsyncExitStack() as stack:
+        stack.enter_context(_locked(s.data_dir))
+        encoder = await asyncio.to_thread(load_encoder, s.encoder.model, model_folder(s.models_dir, s.encoder.model),
+                                          s.encoder.threads, s.encoder.max_length)
+        batcher = MicroBatcher(encoder, s.encoder.batch_window_ms, s.encoder.max_batch, s.encoder.queue_size)
+        await batcher.start()
+        stack.push_async_callback(batcher.stop)
+        store = Store(s.store_path)
+        stack.callback(store.close)
+        tokenizer = BM25Tokenizer()
+        library = Library(store, batcher, tokenizer, s.index_dir, s.index, s.chunking, s.encoder.ingest_batch)
+        await library.open()
+        if s.demo_corpus and not store.partitions():
+            await _ingest_samples(library)
+        executor = ThreadPoolExecutor(s.retrieve.search_threads, thread_name_prefix="search")
+        stack.callback(executor.shutdown, wait=True)
+        caches = _open_caches(s, encoder.dim, stack) if s.cache.enabled else None
+        retriever = Retriever(library, batcher, tokenizer, HybridSearcher(s.retrieve, executor),
+                              caches.embeddings if caches else None, s.retrieve.default_k)
+        engines, router = await _open_engines(s, stack, s.generate.enabled if generation is None else generation)
+        answerer = Answerer(retriever, engines, router, s.generate, s.router, s.server.request_timeout_s)
+        answers: Answers = answerer
+        semantic = caches.semantic if caches else None
+        if caches:
+            answers = CachedAnswerer(answerer, retriever, caches.exact, semantic,
+                                     SingleFlight(s.cache.single_flight_wait_s), library.versions,
+                                     s.generate.temperature == 0)
+            if semantic is not None:  # entries that used an older version of a partition can never be served
+                library.on_version(lambda p, version: semantic.invalidate(p.tenant, p.name, version))
+        warm = await _warm_up(s, retriever, library, engines) if warm_up else {}
+        boot = BootReport(ms_since(started), warm)
+        log.info("ready in %.0f ms: %d partitions", boot.boot_ms, len(library.partitions()))
+        yield Services(s, library, retriever, answers, engines, CacheAdmin(semantic), boot)
+
+
+@contextlib.contextmanager
+def _locked(data_dir: Path):
+    """One process per data folder: an exclusive lock on `.lock`, released when the services close."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    lock_file = open(data_dir / ".lock", "a+")
+    try:
+        fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock_file.close()
+        raise DataDirBusy(f"{data_dir} is in use by another appliance process") from None
+    try:
+        lock_file.seek(0)
+        lock_file.truncate()
+        lock_file.write(str(os.getpid()))
+        lock_file.flush()
+        yield
+    finally:
+        lock_file.close()
+
+
+@dataclass(slots=True, frozen=True)
+class _Caches:
+    embeddings: EmbeddingCache
+    exact: ExactCache
+    semantic: SemanticCache | None  # off with encoders whose vectors cannot tell paraphrases from near-misses
+
+
+def _open_caches(s: Settings, dim: int, stack: contextlib.AsyncExitStack) -> _Caches:
+    disk = s.cache.disk_mib * 1024 * 1024 // 2  # half for exact answers, half for the semantic store
+    embeddings = EmbeddingCache(s.cache.embedding_items, s.cache.embedding_mib << 20)
+    exact = ExactCache(s.cache_dir / "exact", s.cache.memory_items, s.cache.ttl_s, disk)
+    stack.callback(exact.close)
+    semantic = None
+    if s.cache.semantic == "on" or (s.cache.semantic == "auto" and s.encoder.model == "minilm"):
+        semantic = SemanticCache(s.cache_dir / "semantic", dim, SemanticParams.of(s.cache), disk)
+        stack.callback(semantic.close)
+    return _Caches(embeddings, exact, semantic)
+
+
+async def _open_engines(s: Settings, stack: contextlib.AsyncExitStack,
+                        generation: bool) -> tuple[EngineSet, Router | None]:
+    if not generation:
+        return EngineSet({}), None
+    router = load_router(s)
+    engines = build_vllm_engines(s.engines(), s.generate, s.models_dir, s.data_dir, s.admission.wait_budget_s)
+    stack.push_async_callback(engines.stop)
+    await engines.start()
+    return engines, router
+
+
+def load_router(settings: Settings) -> Router | None:
+    """The router trained for the configured embedder at model-build time, if there is one."""
+    folder = model_folder(settings.models_dir, f"router-{settings.encoder.model}")
+    files = sorted(folder.glob("router.*")) if folder.is_dir() else []
+    if not files:
+        log.warning("no router model in %s: routing by question length only (run `appliance models build`)",
+                    folder)
+        return None
+    return Router.load(files[0], embedder=settings.encoder.model)
+
+
+async def _warm_up(s: Settings, retriever: Retriever, library: Library, engines: EngineSet) -> dict[str, float]:
+    """Touch every part once so the first real request pays no loading cost: the encoder, one search per
+    partition, and a prefill of every system prefix on each engine (so prefix caching serves them)."""
+    warm: dict[str, float] = {}
+    started = time.perf_counter()
+    await retriever.encode("warm up")
+    warm["encoder"] = ms_since(started)
+    t = time.perf_counter()
+    for info in library.partitions():
+        if info.chunks:
+            await retriever.search("warm up", PartitionFilter(info.tenant, (info.name,)), 1)
+    warm["partitions"] = ms_since(t)
+    if engines:
+        warm["prefixes"] = await engines.warm_up(lambda tok: warm_up_prompts(tok, s.generate.concise))
+    log.info("warm-up done in %.0f ms (%s)", ms_since(started), ", ".join(f"{k} {v:.0f} ms" for k, v in warm.items()))
+    return warm
+
+
+async def _ingest_samples(library: Library) -> None:
+    docs = []
+    for path in sorted(SAMPLES.glob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        docs.append(DocumentInput(id=path.stem, title=markdown_title(text, path.stem), text=text,
+                                  source=f"samples/{path.name}"))
+    if docs:
+        await library.ingest(DEMO_TENANT, DEMO_PARTITION, docs)
+        log.info("empty store: ingested %d sample documents into %s/%s", len(docs), DEMO_TENANT, DEMO_PARTITION)

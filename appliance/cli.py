@@ -36,14 +36,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(str(exc))
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
-    from .library import KindConflict
+    from .library import KindConflict, QuotaExceeded
     from .wiring import DataDirBusy
 
     try:
         args.run(settings, args)
     except KeyboardInterrupt:
         sys.exit(130)
-    except (DataDirBusy, KindConflict, FileNotFoundError) as exc:
+    except (DataDirBusy, KindConflict, QuotaExceeded, FileNotFoundError) as exc:
         sys.exit(f"appliance: {exc}")
     except (ServerError, ServerUnreachable) as exc:
         sys.exit(str(exc))
@@ -143,11 +143,16 @@ def _serve(settings: Settings, args) -> None:
     from dataclasses import replace
 
     from .serve import create_app
+    from .serve.keys import KeysFileError
 
     server = replace(settings.server, **{k: v for k, v in (("host", args.host), ("port", args.port)) if v})
     settings = replace(settings, server=server)
+    try:
+        app = create_app(settings)
+    except KeysFileError as exc:  # a wrong or exposed keys file: say which and how to fix it, no traceback
+        sys.exit(f"appliance: {exc}")
     # On SIGTERM uvicorn stops accepting, lets answers in progress finish for up to drain_timeout_s, then stops.
-    uvicorn.run(create_app(settings), host=server.host, port=server.port, log_level=settings.log_level,
+    uvicorn.run(app, host=server.host, port=server.port, log_level=settings.log_level,
                 timeout_graceful_shutdown=settings.server.drain_timeout_s)
 
 
@@ -259,14 +264,17 @@ def _reindex(settings: Settings, args) -> None:
 def _keys_add(settings: Settings, args) -> None:
     import re
 
-    from .serve.admission import add_key
+    from .serve.keys import KeysFileError, add_key
 
     path = args.file or (Path(settings.admission.keys_file) if settings.admission.keys_file else None)
     if path is None:
         sys.exit("no keys file: pass --file or set admission.keys_file")
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}", args.tenant):
         sys.exit(f"tenant {args.tenant!r}: letters, digits, '_', '.', '-' (up to 128)")
-    key = add_key(path, args.tenant, args.name)
+    try:
+        key = add_key(path, args.tenant, args.name)
+    except KeysFileError as exc:  # the file as it is would stop the server, or the name cannot be written
+        sys.exit(f"appliance: {exc}")
     print(key)
     print(f"added to {path} for tenant {args.tenant!r}; the key is shown only now", file=sys.stderr)
 

@@ -44,7 +44,7 @@ def prepare_documents(docs: list[DocumentInput], chunking: ChunkSettings) -> lis
         meta_json = json.dumps(metadata, ensure_ascii=False, sort_keys=True)
         digest = content_hash(doc.title, doc.text, meta_json)
         chunks = chunk_text(doc.text, chunking.max_words, chunking.overlap_words, chunking.max_chars_cjk,
-                            chunking.overlap_chars_cjk) or ([doc.title] if doc.title else [])
+                            chunking.overlap_chars_cjk, chunking.max_chars) or ([doc.title] if doc.title else [])
         prepared.append(NewDocument(
             key=doc.id or digest[:16], title=doc.title, text=doc.text, chunks=chunks, content_hash=digest,
             source=doc.source, metadata=metadata, time=doc.time,
@@ -78,12 +78,18 @@ class PartitionIndexer:
             self.snapshot = PartitionSnapshot(folder, self.params.expansion_search)
             collect_garbage(self.folder)
 
+    @property
+    def other_encoder(self) -> bool:
+        """The current version was built by another encoder (the setting changed): its vectors cannot be searched
+        with this one's, whatever the versions say."""
+        return self.snapshot is not None and self.snapshot.encoder != self.batcher.encoder.name
+
     async def catch_up(self, version: int | None = None, rebuild: bool = False) -> int:
         """Make the index reflect the store at `version` or later; returns the version now indexed."""
-        if version is not None and self.indexed_version >= version and not rebuild:
+        if version is not None and self.indexed_version >= version and not (rebuild or self.other_encoder):
             return self.indexed_version
         async with self._lock:
-            if version is not None and self.indexed_version >= version and not rebuild:
+            if version is not None and self.indexed_version >= version and not (rebuild or self.other_encoder):
                 return self.indexed_version  # another caller's build already covered this one
             await self._build(rebuild)
             return self.indexed_version

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .config import ChunkSettings, IndexSettings
+from .config import ChunkSettings, IndexSettings, QuotaSettings
 from .encode import MicroBatcher
 from .index import PartitionSnapshot
 from .ingest import DocumentInput, PartitionIndexer, prepare_documents
 from .retrieve import PartitionFilter, Target, select_partitions
-from .store import DocumentStatus, Partition, Store
+from .store import DocumentStatus, NewDocument, Partition, Store
 from .text import BM25Tokenizer
 
 log = logging.getLogger("appliance")
@@ -26,6 +26,14 @@ VersionListener = Callable[[Partition, int], None]  # (partition, version now in
 
 class KindConflict(ValueError):
     """An ingest named a kind other than the one the existing partition has."""
+
+
+class QuotaExceeded(ValueError):
+    """An ingest would take its tenant past a `[quota]` limit; nothing of it was stored."""
+
+    def __init__(self, limit: str, message: str, field: str):
+        super().__init__(message)
+        self.limit, self.field = limit, field  # the setting's name (quota.<limit>); the request's part at fault
 
 
 @dataclass(slots=True)
@@ -54,12 +62,15 @@ class PartitionInfo:
 
 class Library:
     def __init__(self, store: Store, batcher: MicroBatcher, tokenizer: BM25Tokenizer, index_dir: Path,
-                 index: IndexSettings, chunking: ChunkSettings, ingest_batch: int):
+                 index: IndexSettings, chunking: ChunkSettings, ingest_batch: int,
+                 quota: QuotaSettings = QuotaSettings()):
         self.store, self.batcher, self.tokenizer = store, batcher, tokenizer
         self._index_dir, self._index_params = index_dir, index
         self._chunking, self._ingest_batch = chunking, ingest_batch
+        self._quota = quota
         self._indexers: dict[int, PartitionIndexer] = {}
         self._listeners: list[VersionListener] = []
+        self._admit_lock = asyncio.Lock()  # a quota check and the write it allowed are one step
 
     async def open(self) -> None:
         """Load every partition's index; rebuild an unreadable one and close any gap with the store."""
@@ -71,7 +82,10 @@ class Library:
                 log.error("partition %s/%s: index unreadable (%s): rebuilding from the store", partition.tenant,
                           partition.name, exc)
                 await indexer.catch_up(rebuild=True)
-            if indexer.indexed_version != partition.version:  # behind the store (crash) or built by another encoder
+            if indexer.other_encoder:
+                log.warning("partition %s/%s: index built by another encoder, not %s: encoding it again from the "
+                            "store", partition.tenant, partition.name, self.batcher.encoder.name)
+            elif indexer.indexed_version != partition.version:  # behind the store (a crash)
                 log.info("partition %s/%s: index at v%d, store at v%d: catching up", partition.tenant,
                          partition.name, indexer.indexed_version, partition.version)
             await indexer.catch_up(partition.version)
@@ -82,30 +96,30 @@ class Library:
     # -- writes ------------------------------------------------------------------------------------------------
 
     async def ingest(self, tenant: str, partition: str, docs: list[DocumentInput], kind: str | None = None,
-                     wait: bool = True) -> IngestResult:
-        """Store the documents (durable when this returns) and, with `wait`, index them before returning.
+                     wait: bool = True, wait_timeout_s: float | None = None) -> IngestResult:
+        """Store the documents (durable when this returns) and, with `wait`, index them before returning (or once
+        `wait_timeout_s` has passed: the build goes on).
 
         `kind` is set when the partition is created ("default" if not given); naming another kind for an
         existing partition is refused rather than silently ignored.
         """
         prepared = await asyncio.to_thread(prepare_documents, docs, self._chunking)
-        record = await asyncio.to_thread(self.store.ensure_partition, tenant, partition, kind or "default")
-        if kind is not None and record.kind != kind:
-            raise KindConflict(f"partition {partition!r} exists with kind {record.kind!r}, not {kind!r}")
-        written = await asyncio.to_thread(self.store.upsert_documents, record.id, prepared)
+        async with self._admit_lock:
+            record = await asyncio.to_thread(self._admit, tenant, partition, kind, prepared)
+            written = await asyncio.to_thread(self.store.upsert_documents, record.id, prepared)
         indexer = self._refresh_record(record.id)
-        indexed, error = await self._index(indexer, written.version, wait)
+        indexed, error = await self._index(indexer, written.version, wait, wait_timeout_s)
         return IngestResult(tenant, partition, written.version, indexed, written.documents, error)
 
-    async def delete(self, tenant: str, key: str, partition: str | None = None,
-                     wait: bool = True) -> list[IngestResult]:
+    async def delete(self, tenant: str, key: str, partition: str | None = None, wait: bool = True,
+                     wait_timeout_s: float | None = None) -> list[IngestResult]:
         results = []
         for record in await asyncio.to_thread(self.store.document_keys, tenant, key):
             if partition is not None and record.name != partition:
                 continue
             written = await asyncio.to_thread(self.store.delete_documents, record.id, [key])
             indexer = self._refresh_record(record.id)
-            indexed, error = await self._index(indexer, written.version, wait)
+            indexed, error = await self._index(indexer, written.version, wait, wait_timeout_s)
             results.append(IngestResult(tenant, record.name, written.version, indexed, written.documents, error))
         return results
 
@@ -120,6 +134,17 @@ class Library:
             self._announce(indexer)
             results.append(IngestResult(record.tenant, record.name, record.version, version))
         return results
+
+    def _admit(self, tenant: str, name: str, kind: str | None, prepared: list[NewDocument]) -> Partition:
+        """The partition to write into, once the write is known to fit the quotas (store reads: a worker thread)."""
+        existing = self.store.get_partition(tenant, name)
+        q = self._quota
+        if q.max_documents or q.max_partitions or q.max_text_bytes:
+            _check_quota(q, self.store, tenant, existing, prepared)
+        record = existing or self.store.ensure_partition(tenant, name, kind or "default")
+        if kind is not None and record.kind != kind:
+            raise KindConflict(f"partition {name!r} exists with kind {record.kind!r}, not {kind!r}")
+        return record
 
     def _indexer(self, partition: Partition) -> PartitionIndexer:
         indexer = self._indexers.get(partition.id)
@@ -136,17 +161,24 @@ class Library:
         indexer.partition = record  # time range and version for partition selection
         return indexer
 
-    async def _index(self, indexer: PartitionIndexer, version: int, wait: bool) -> tuple[int, str | None]:
+    async def _index(self, indexer: PartitionIndexer, version: int, wait: bool,
+                     timeout_s: float | None) -> tuple[int, str | None]:
         """Bring the index to `version`; returns the version indexed and, if the build failed, why."""
         task = asyncio.ensure_future(indexer.catch_up(version))
         task.add_done_callback(_log_failure)
         task.add_done_callback(lambda _: self._announce(indexer))
         if not wait:
             return indexer.indexed_version, None
-        try:
-            return await asyncio.shield(task), None  # a client that goes away does not cancel a shared build
-        except Exception as exc:  # stored is stored: report, and let the next write or boot build again
-            return indexer.indexed_version, f"{type(exc).__name__}: {exc}"
+        # at most `timeout_s` (a server's clients: server.ingest_wait_timeout_s); neither that nor a client going
+        # away cancels the shared build
+        await asyncio.wait([task], timeout=timeout_s)
+        if not task.done():
+            return indexer.indexed_version, None  # stored; indexing goes on (the client gets a 202)
+        if task.cancelled():
+            return indexer.indexed_version, "index build cancelled (shutting down)"
+        if task.exception() is not None:  # stored is stored: report, and let the next write or boot build again
+            return indexer.indexed_version, f"{type(task.exception()).__name__}: {task.exception()}"
+        return task.result(), None
 
     def _announce(self, indexer: PartitionIndexer) -> None:
         for listener in self._listeners:
@@ -185,6 +217,28 @@ class Library:
 
     def _select(self, where: PartitionFilter) -> list[Partition]:
         return select_partitions([i.partition for i in self._indexers.values()], where)
+
+
+def _check_quota(quota: QuotaSettings, store: Store, tenant: str, partition: Partition | None,
+                 prepared: list[NewDocument]) -> None:
+    """Refuse a write that would take the tenant past a limit. Only growth counts: a replacement or an unchanged
+    document adds no document, and a tenant over a lowered limit can still replace and delete."""
+    usage = store.tenant_usage(tenant)
+    if partition is None and quota.max_partitions and usage.partitions >= quota.max_partitions:
+        raise QuotaExceeded("max_partitions", f"tenant {tenant!r} has {usage.partitions} partitions, as many as "
+                            f"quota.max_partitions = {quota.max_partitions} allows: write into one of them",
+                            "partition")
+    latest = {doc.key: doc for doc in prepared}  # a repeated id: the last one is what stays
+    stored = store.stored_documents(partition.id, latest) if partition is not None else {}
+    added = sum(key not in stored for key in latest)
+    grown = sum(doc.text_bytes - (stored[key].text_bytes if key in stored else 0) for key, doc in latest.items()
+                if key not in stored or stored[key].content_hash != doc.content_hash)
+    if quota.max_documents and added and usage.documents + added > quota.max_documents:
+        raise QuotaExceeded("max_documents", f"tenant {tenant!r} stores {usage.documents} documents; {added} more "
+                            f"would pass quota.max_documents = {quota.max_documents}", "documents")
+    if quota.max_text_bytes and grown > 0 and usage.text_bytes + grown > quota.max_text_bytes:
+        raise QuotaExceeded("max_text_bytes", f"tenant {tenant!r} stores {usage.text_bytes} bytes of text; "
+                            f"{grown} more would pass quota.max_text_bytes = {quota.max_text_bytes}", "documents")
 
 
 def _log_failure(task: asyncio.Future) -> None:

@@ -28,7 +28,7 @@ from .config import Settings
 from .encode import MicroBatcher, load_encoder
 from .generate import EngineSet, Router, build_vllm_engines, warm_up_prompts
 from .ingest import DocumentInput
-from .library import Library
+from .library import Library, QuotaExceeded
 from .paths import model_folder
 from .retrieve import HybridSearcher, PartitionFilter, Retriever
 from .store import Store
@@ -87,7 +87,8 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
         store = Store(s.store_path)
         stack.callback(store.close)
         tokenizer = BM25Tokenizer()
-        library = Library(store, batcher, tokenizer, s.index_dir, s.index, s.chunking, s.encoder.ingest_batch)
+        library = Library(store, batcher, tokenizer, s.index_dir, s.index, s.chunking, s.encoder.ingest_batch,
+                          s.quota)
         await library.open()
         if s.demo_corpus and not store.partitions():
             await _ingest_samples(library)
@@ -198,5 +199,9 @@ async def _ingest_samples(library: Library) -> None:
         docs.append(DocumentInput(id=path.stem, title=markdown_title(text, path.stem), text=text,
                                   source=f"samples/{path.name}"))
     if docs:
-        await library.ingest(DEMO_TENANT, DEMO_PARTITION, docs)
+        try:
+            await library.ingest(DEMO_TENANT, DEMO_PARTITION, docs)
+        except QuotaExceeded as exc:  # the operator's quotas win over a sample; the server still starts
+            log.warning("sample corpus not ingested: %s", exc)
+            return
         log.info("empty store: ingested %d sample documents into %s/%s", len(docs), DEMO_TENANT, DEMO_PARTITION)

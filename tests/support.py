@@ -94,7 +94,7 @@ class LiveServer:
 
 def write_keys(folder: Path, tenants: list[str]) -> tuple[Path, dict[str, str]]:
     """An API keys file with one new key per tenant; returns the file and tenant -> key."""
-    from appliance.serve.admission import add_key
+    from appliance.serve.keys import add_key
 
     path = folder / "keys.toml"
     return path, {tenant: add_key(path, tenant, f"test {tenant}") for tenant in tenants}

@@ -7,7 +7,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from appliance.serve.admission import ApiKeys, KeysFileError, TokenBuckets, hash_key
+from appliance.serve.admission import TokenBuckets
+from appliance.serve.keys import ApiKeys, KeysFileError, hash_key
 from support import LiveServer, make_settings, write_keys
 
 DOCS = {"alpha": [{"id": "a1", "text": "Alpha's quarterly revenue grew because of the new turbine line."}],
@@ -39,6 +40,18 @@ def test_requests_without_a_valid_key_get_401(keyed):
     assert "missing API key" in missing.json()["error"]["message"]
     with keyed.client() as c:
         assert c.get("/healthz").status_code == 200 and c.get("/metrics").status_code == 200  # not under /v1/
+
+
+def test_metrics_need_a_key_where_keys_are_configured(keyed):
+    with httpx.Client(base_url=keyed.url, timeout=60) as c:
+        missing = c.get("/metrics")
+        wrong = c.get("/metrics", headers={"Authorization": "Bearer rak_not-a-key"})
+    with keyed.client(keyed.keys["beta"]) as c:
+        allowed = c.get("/metrics")  # any tenant's key
+    for reply in (missing, wrong):
+        assert reply.status_code == 401 and reply.headers["www-authenticate"] == "Bearer"
+        assert reply.json()["error"]["code"] == "unauthorized"
+    assert allowed.status_code == 200 and "appliance_requests_total" in allowed.text
 
 
 def test_a_tenant_never_reads_another_tenants_documents(keyed):

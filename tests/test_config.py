@@ -78,3 +78,13 @@ def test_gpu_shares_and_engine_limits_are_checked():
     ok = load_settings(env={"APPLIANCE_GENERATE_DEVICE": "gpu", "APPLIANCE_SMALL_GPU_MEMORY_UTILIZATION": "0.3",
                             "APPLIANCE_LARGE_GPU_MEMORY_UTILIZATION": "0.6"})
     assert ok.small.gpu_memory_utilization + ok.large.gpu_memory_utilization < 0.95
+
+
+def test_quotas_and_the_chunk_character_bound_are_checked():
+    with pytest.raises(ConfigError) as err:
+        load_settings(env={"APPLIANCE_QUOTA_MAX_DOCUMENTS": "-1", "APPLIANCE_CHUNKING_MAX_CHARS": "0"})
+    message = str(err.value)
+    assert "quota.max_documents: must be 0 (unlimited) or more" in message
+    assert "chunking.max_chars: must be greater than 0" in message
+    s = load_settings(env={"APPLIANCE_QUOTA_MAX_TEXT_BYTES": "1000000"})
+    assert s.quota.max_text_bytes == 1_000_000 and s.quota.max_documents == 0 and s.chunking.max_chars == 2000

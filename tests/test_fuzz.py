@@ -21,7 +21,7 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 
 from appliance.evaluate import beir_documents
-from appliance.serve.admission import hash_key
+from appliance.serve.keys import hash_key
 from appliance.serve.schemas import openapi
 from support import ROOT, SCIFACT, LiveServer, beir_slice, make_settings
 
@@ -103,6 +103,7 @@ def keyed_server(tmp_path_factory, models_dir):
     keys_file = data_dir / "keys.toml"
     keys_file.write_text("".join(f'[[keys]]\nsha256 = "{hash_key(key)}"\ntenant = "{tenant}"\n\n'
                                  for key, tenant in ((FUZZ_KEY, FUZZ_TENANT), (KEEP_KEY, KEEP_TENANT))))
+    keys_file.chmod(0o600)  # the server refuses a keys file others can read
     live = _serve(_settings(data_dir, models_dir, keys_file), KEEP_KEY)  # the fuzzer gets FUZZ_KEY only
     yield live
     live.__exit__()

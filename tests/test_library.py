@@ -291,3 +291,25 @@ def test_a_partition_without_a_single_bm25_term_is_still_indexed(settings):
     result, found = run(go())
     assert result.index_error is None and result.indexed_version == result.version
     assert sorted(ids(found)) == ["bang", "stop"]
+
+
+def test_an_encoder_change_rebuilds_the_indexes_and_the_services_get_ready(settings, models_dir):
+    """Indexes built by another encoder have vectors of another size: kept, every search of them failed and so did
+    warm-up, so the server never became ready. They are encoded again from the store at boot."""
+    use = make_settings(settings.data_dir, models_dir, encoder_model="use")
+
+    async def go():
+        app = await started(settings)
+        await app.ingest("acme", "kb", DOCS)
+        before = app.library.snapshots()[0].encoder
+        await app.stop()
+        app = await started(use)  # warm-up searches every partition: this is the server getting ready
+        result = await app.search("XK-4471 pressure sensor", PartitionFilter("acme"), 2)
+        after = app.library.snapshots()[0].encoder
+        parts = app.partitions("acme")
+        await app.stop()
+        return before, after, result, parts
+
+    before, after, result, parts = run(go())
+    assert (before, after) == ("minilm", "use")
+    assert ids(result)[0] == "code" and parts[0].indexed_version == parts[0].version and parts[0].chunks == 4

@@ -94,7 +94,7 @@ def test_engine_samples_feed_vllm_histograms_and_queue_wait_stage():
 
 def engine_status(role: str, state: str, **over) -> EngineStatus:
     """What an engine reports in `EngineSet.status()`: identity fields plus its vLLM statistics."""
-    status = EngineStatus(role=role, state=state, model=f"models/{role}-llm", device="cuda", dtype="bfloat16",
+    status = EngineStatus(role=role, state=state, model=f"/srv/models/{role}-llm", device="cuda", dtype="bfloat16",
                           max_model_len=4096, in_flight=3, restarts=1, estimated_wait_s=0.5, start_s=12.5,
                           running=2, waiting=5, kv_cache_usage=0.42, prefix_cache_queries=1000,
                           prefix_cache_hits=250, prefix_cache_hit_rate=0.25, requests_finished=7, prompt_tokens=900,
@@ -107,9 +107,10 @@ def test_engine_collector_reads_status_at_scrape_time():
     engines = {"small": engine_status("small", "up"), "large": engine_status("large", "down", running=0)}
     m.attach_engines(lambda: engines)
     p = samples(m)
-    small = {"engine": "small", "model_name": "models/small-llm"}
+    small = {"engine": "small", "model_name": "small-llm"}  # the model's name: no folder of the box in a label
+    assert not any("/" in label for _, labels in p for _, label in labels)
     assert value(p, "vllm:num_requests_running", **small) == 2
-    assert value(p, "vllm:num_requests_running", engine="large", model_name="models/large-llm") == 0
+    assert value(p, "vllm:num_requests_running", engine="large", model_name="large-llm") == 0
     assert value(p, "vllm:num_requests_waiting", **small) == 5
     assert value(p, "vllm:kv_cache_usage_perc", **small) == pytest.approx(0.42)
     assert value(p, "vllm:prefix_cache_queries_total", **small) == 1000

@@ -117,3 +117,21 @@ def test_a_failed_commit_is_rolled_back_and_the_next_write_works(tmp_path):
     assert {c.doc_key for c in store.chunks(store.chunk_ids(p.id))} == {"a", "c"}
     reopened = Store(tmp_path / "s.sqlite3")
     assert reopened.count_documents(p.id) == 2 and reopened.partition_by_id(p.id).version == 2
+
+
+def test_tenant_usage_counts_partitions_documents_and_text_bytes_also_in_an_older_store(tmp_path):
+    from appliance.store import StoredDocument, TenantUsage
+
+    path = tmp_path / "s.sqlite3"
+    store = Store(path)
+    p, q = store.ensure_partition("t", "p"), store.ensure_partition("t", "q")
+    store.ensure_partition("u", "p")
+    store.upsert_documents(p.id, [doc("a", "alpha", ["é1", "a2"]), doc("b", "beta")])
+    store.upsert_documents(q.id, [doc("c", "gamma")])
+    usage = TenantUsage(partitions=2, documents=3, text_bytes=5 + 4 + 5)  # UTF-8 bytes: "é" is two
+    assert store.tenant_usage("t") == usage and store.tenant_usage("u") == TenantUsage(1, 0, 0)
+    assert store.stored_documents(p.id, ["a", "zz"]) == {"a": StoredDocument("h-a-alpha", 5)}
+    store.close()
+    with sqlite3.connect(path) as db:  # as a store written before the column existed
+        db.execute("ALTER TABLE documents DROP COLUMN text_bytes")
+    assert Store(path).tenant_usage("t") == usage, "counted from the chunks when the column is added"

@@ -3,7 +3,8 @@ from appliance.text import BM25Tokenizer, chunk_text, content_hash, has_cjk, nor
 
 def test_chunks_respect_the_word_limit_and_overlap():
     sentences = [f"Sentence number {i} talks about topic {i % 7} in some detail here." for i in range(60)]
-    chunks = chunk_text(" ".join(sentences), max_words=50, overlap_words=10, max_chars_cjk=100, overlap_chars_cjk=10)
+    chunks = chunk_text(" ".join(sentences), max_words=50, overlap_words=10, max_chars_cjk=100, overlap_chars_cjk=10,
+                        max_chars=2000)
     assert len(chunks) > 5
     assert all(len(c.split()) <= 50 for c in chunks)
     assert chunks[0].startswith("Sentence number 0")
@@ -14,19 +15,44 @@ def test_chunks_respect_the_word_limit_and_overlap():
 
 
 def test_a_sentence_longer_than_a_chunk_is_cut():
-    chunks = chunk_text("word " * 500, max_words=100, overlap_words=0, max_chars_cjk=100, overlap_chars_cjk=0)
+    chunks = chunk_text("word " * 500, max_words=100, overlap_words=0, max_chars_cjk=100, overlap_chars_cjk=0,
+                        max_chars=2000)
     assert [len(c.split()) for c in chunks] == [100] * 5
 
 
 def test_chinese_is_chunked_by_characters():
     text = "锣鼓经常用的节奏型称为锣鼓点。" * 40
     assert has_cjk(text)
-    chunks = chunk_text(text, max_words=180, overlap_words=30, max_chars_cjk=100, overlap_chars_cjk=20)
+    chunks = chunk_text(text, max_words=180, overlap_words=30, max_chars_cjk=100, overlap_chars_cjk=20,
+                        max_chars=2000)
     assert len(chunks) >= 6 and all(len(c) <= 100 for c in chunks)
 
 
+def test_chunks_are_bounded_in_characters_too():
+    """A text without spaces is one "word": bounded in words only it was one chunk, however long, and every ask
+    that retrieved it tokenised all of it."""
+    wordless = "x" * (4 << 20)
+    chunks = chunk_text(wordless, 180, 30, 300, 50, max_chars=2000)
+    assert max(map(len, chunks)) <= 2000 and "".join(chunks) == wordless, "cut into pieces, nothing lost"
+    prose = " ".join(f"extraordinarily-long-sentence-{i:04d}." for i in range(400))
+    chunks = chunk_text(prose, 180, 30, 300, 50, max_chars=2000)
+    assert max(map(len, chunks)) <= 2000 and max(len(c.split()) for c in chunks) <= 180
+    assert set(" ".join(chunks).split()) == set(prose.split()), "words shorter than the bound stay whole"
+    assert chunks[0].split()[-30:] == chunks[1].split()[:30], "and chunks still overlap"
+    mixed = "See " + "y" * 5000 + " then the end. " + "锣鼓经常用的节奏型称为锣鼓点。" * 40
+    assert max(map(len, chunk_text(mixed, 180, 30, 300, 50, max_chars=120))) <= 120
+
+
+def test_documents_are_chunked_within_the_default_character_bound():
+    from appliance.config import ChunkSettings
+    from appliance.ingest import DocumentInput, prepare_documents
+
+    [doc] = prepare_documents([DocumentInput(text="z" * 100_000)], ChunkSettings())
+    assert len(doc.chunks) == 50 and all(len(c) == 2000 for c in doc.chunks)
+
+
 def test_empty_text_gives_no_chunks():
-    assert chunk_text("   ", 10, 2, 10, 2) == []
+    assert chunk_text("   ", 10, 2, 10, 2, 100) == []
 
 
 def test_tokenizer_stems_english_and_drops_stop_words():

@@ -46,3 +46,89 @@ def test_engine_processes_left_by_a_killed_run_are_ended_at_boot(tmp_path):
         for p in (engine, other):
             p.kill()
             p.wait()
+
+
+def test_a_socket_folder_in_tmp_that_is_not_ours_alone_is_refused(tmp_path):
+    """Someone who made the folder first (or can write into it) could read or replace the engines' sockets."""
+    import os
+
+    import pytest
+
+    from appliance.generate.vllm_engines import EngineConfigError
+
+    state = tmp_path / ("very-long-folder-name-" * 6) / "state"
+    folder = _socket_dir(state)
+    try:
+        for make in ("world-writable", "someone else's", "a link"):
+            shutil.rmtree(folder, ignore_errors=True)
+            if folder.is_symlink():
+                folder.unlink()
+            if make == "a link":
+                (tmp_path / "elsewhere").mkdir(mode=0o700)
+                folder.symlink_to(tmp_path / "elsewhere")
+            else:
+                folder.mkdir()
+                folder.chmod(0o777 if make == "world-writable" else 0o700)
+            if make == "someone else's":
+                if os.geteuid() != 0:
+                    continue  # only root can hand a folder to another user
+                os.chown(folder, 65534, 65534)
+            with pytest.raises(EngineConfigError, match=str(folder)):
+                _socket_dir(state)
+    finally:
+        if folder.is_symlink():
+            folder.unlink()
+        shutil.rmtree(folder, ignore_errors=True)
+    assert _socket_dir(state) == folder and (folder.stat().st_mode & 0o777) == 0o700, "made afresh when absent"
+    shutil.rmtree(folder)
+
+
+def test_an_engine_sets_its_environment_on_the_event_loop_thread(tmp_path, monkeypatch):
+    """vLLM reads VLLM_CPU_OMP_THREADS_BIND when the engine spawns its processes; os.environ is process-wide and
+    not safe to change from a worker thread while others read it, so an engine sets it before handing off."""
+    import asyncio
+    import os
+    import threading
+
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from appliance.config import EngineSettings
+    from appliance.generate.engine import VllmEngine
+    from appliance.generate.engines import EngineLimits
+
+    writes: list[tuple[str, threading.Thread]] = []
+
+    class RecordingEnviron(dict):
+        def __setitem__(self, name, value):
+            writes.append((name, threading.current_thread()))
+            super().__setitem__(name, value)
+
+        def pop(self, name, *default):
+            writes.append((name, threading.current_thread()))
+            return super().pop(name, *default)
+
+    class Started:
+        errored = False
+
+        def get_tokenizer(self):
+            return None
+
+    seen: dict = {}
+
+    def from_engine_args(args, **kwargs):  # in place of spawning vLLM's processes
+        seen.update(bind=os.environ.get("VLLM_CPU_OMP_THREADS_BIND"), thread=threading.current_thread())
+        return Started()
+
+    monkeypatch.setattr(os, "environ", RecordingEnviron({**os.environ, "VLLM_CPU_KVCACHE_SPACE": "4"}))
+    monkeypatch.setattr(AsyncLLM, "from_engine_args", staticmethod(from_engine_args))
+    engine = VllmEngine("small", EngineSettings(cpu_cores="0-1"), EngineLimits(2048, 256, 512, 64), tmp_path, "cpu")
+
+    async def start() -> threading.Thread:
+        await engine.start()
+        return threading.current_thread()
+
+    loop_thread = asyncio.run(start())
+    assert engine.state == "up" and seen["bind"] == "0-1" and seen["thread"] is not loop_thread
+    assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ, "the legacy variable would override kv_cache_gib"
+    assert {name for name, _ in writes} == {"VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE"}
+    assert all(thread is loop_thread for _, thread in writes), "set on the event loop's thread only"

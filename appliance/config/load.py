@@ -44,7 +44,7 @@ _POSITIVE = {
     ("server", "ingest_wait_timeout_s"), ("encoder", "threads"), ("encoder", "max_batch"),
     ("encoder", "queue_size"), ("encoder", "max_length"), ("encoder", "ingest_batch"),
     ("index", "connectivity"), ("index", "expansion_add"), ("index", "expansion_search"), ("index", "max_token_shards"),
-    ("chunking", "max_words"), ("chunking", "max_chars_cjk"), ("retrieve", "default_k"), ("retrieve", "max_k"),
+    ("chunking", "max_words"), ("chunking", "max_chars_cjk"), ("chunking", "max_chars"), ("retrieve", "default_k"), ("retrieve", "max_k"),
     ("retrieve", "rrf_k"), ("retrieve", "overfetch"), ("retrieve", "late_candidates"),
     ("retrieve", "search_threads"), ("generate", "passages"), ("generate", "context_tokens"),
     ("generate", "max_tokens_cited"), ("generate", "max_tokens_concise"), ("router", "max_words_small"),
@@ -173,6 +173,9 @@ def _validate(settings: Settings) -> list[str]:
         errors.append("cache.semantic_late_threshold: must be from 0 (off) to 1")
     if not 0 <= settings.cache.semantic_max_unknown <= 1:
         errors.append("cache.semantic_max_unknown: must be from 0 to 1")
+    for name in ("max_documents", "max_partitions", "max_text_bytes"):
+        if getattr(settings.quota, name) < 0:
+            errors.append(f"quota.{name}: must be 0 (unlimited) or more")
     if settings.telemetry.otel_exporter == "otlp" and not settings.telemetry.otel_endpoint:
         errors.append("telemetry.otel_endpoint: must be set when telemetry.otel_exporter = \"otlp\"")
     errors.extend(_validate_engines(settings))

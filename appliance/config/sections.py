@@ -44,6 +44,9 @@ class ChunkSettings:
     overlap_words: int = 30
     max_chars_cjk: int = 300
     overlap_chars_cjk: int = 50
+    # Any chunk, in characters: a run without spaces is one "word". ~2,000 characters of English is about what
+    # MiniLM's 256 word pieces see; a chunk is tokenised whole each time a prompt uses it.
+    max_chars: int = 2000
 
 
 @dataclass(slots=True, frozen=True)
@@ -147,6 +150,14 @@ class AdmissionSettings:
 
 
 @dataclass(slots=True, frozen=True)
+class QuotaSettings:
+    """Per tenant, so that one tenant cannot fill the box's disk or memory for the others; 0 = unlimited."""
+    max_documents: int = 0
+    max_partitions: int = 0
+    max_text_bytes: int = 0  # UTF-8 bytes of stored chunks (overlaps included)
+
+
+@dataclass(slots=True, frozen=True)
 class TelemetrySettings:
     request_log: bool = True  # one JSON line per request on the `appliance.requests` logger
     otel: bool = False  # OpenTelemetry spans per stage (needs the `otel` extra)
@@ -174,6 +185,7 @@ class Settings:
     router: RouterSettings = field(default_factory=RouterSettings)
     cache: CacheSettings = field(default_factory=CacheSettings)
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
+    quota: QuotaSettings = field(default_factory=QuotaSettings)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
 
     def engines(self) -> dict[str, EngineSettings]:

@@ -72,6 +72,13 @@ class VllmEngine:
         self.state = "starting"
         started = time.perf_counter()
         before = {p.pid for p in psutil.Process().children(recursive=True)}
+        # os.environ is process-wide and not safe to change while other threads read it: set here, on the event
+        # loop's thread, before handing off (the EngineSet starts engines one at a time, so none reads them now)
+        for name, value in self._environment().items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         try:
             self._llm = await asyncio.to_thread(self._create)
         except BaseException:
@@ -86,6 +93,13 @@ class VllmEngine:
         self.restarts += restart
         self.state = "up"
         log.info("engine %s up in %.1f s: %s (%s)", self.role, self.started_s, self.model, self.device)
+
+    def _environment(self) -> dict[str, str | None]:
+        """vLLM's variables for this engine (None: unset), read when it spawns its processes."""
+        if self.device == "gpu":
+            return {}
+        # the legacy VLLM_CPU_KVCACHE_SPACE would override kv_cache_memory_bytes
+        return {"VLLM_CPU_KVCACHE_SPACE": None, "VLLM_CPU_OMP_THREADS_BIND": self.spec.cpu_cores}
 
     def _create(self):
         from vllm import AsyncEngineArgs
@@ -103,8 +117,6 @@ class VllmEngine:
             kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
         else:
             kwargs["kv_cache_memory_bytes"] = int(s.kv_cache_gib * GIB)
-            os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)  # the legacy variable would override the setting
-            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = s.cpu_cores
         if s.speculative_ngram_tokens:
             kwargs["speculative_config"] = {"method": "ngram", "num_speculative_tokens": s.speculative_ngram_tokens,
                                             "prompt_lookup_min": 2, "prompt_lookup_max": 4}

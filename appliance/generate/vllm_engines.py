@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+import stat
 from pathlib import Path
 
 import psutil
@@ -57,12 +58,23 @@ def _reap_leftovers(pids_file: Path) -> None:
 
 def _socket_dir(state_dir: Path) -> Path:
     """Where vLLM puts its ZMQ socket files: inside the state folder unless its path is too long for a Unix
-    socket (108 bytes with the file name, ~45 of them), then a private folder in /tmp named after it."""
+    socket (108 bytes with the file name, ~45 of them), then a private folder in /tmp named after it.
+
+    A name in /tmp can be taken first by anyone: a folder already there is used only if it is a real folder, ours,
+    and closed to everyone else (0700); otherwise whoever made it could read or replace the engines' sockets."""
     folder = state_dir / "tmp"
     if len(str(folder.resolve())) > SOCKET_DIR_MAX:
         digest = hashlib.sha256(str(state_dir.resolve()).encode()).hexdigest()[:12]
         folder = Path("/tmp") / f"appliance-{os.getuid()}-{digest}"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        folder.mkdir(mode=0o700)
+    st = folder.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) != 0o700:
+        raise EngineConfigError(
+            f"engine socket folder {folder} is not a folder of user {os.getuid()} with mode 0700 (owner "
+            f"{st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}{', a link' if stat.S_ISLNK(st.st_mode) else ''}): "
+            "someone else may have made it; remove it and start again")
     return folder
 
 

@@ -6,83 +6,24 @@ operator without revealing a usable key (keys are 32 random bytes, so a fast has
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
-import secrets
 import time
-import tomllib
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..timings import Stage, ms_since
+from .keys import ApiKeys
 from .metrics import RequestRecord
 
-KEY_PREFIX = "rak_"
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._\-]{1,64}$")
 MAX_BUCKETS = 10_000  # open mode keys buckets by client address: keep memory bounded
-
-
-class KeysFileError(ValueError):
-    """The API keys file cannot be read or has a wrong entry."""
-
-
-def hash_key(key: str) -> str:
-    return "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
-
-
-def new_key() -> str:
-    return KEY_PREFIX + secrets.token_urlsafe(32)
-
-
-class ApiKeys:
-    def __init__(self, tenants_by_hash: dict[str, str]):
-        self._tenants = tenants_by_hash
-
-    @classmethod
-    def load(cls, path: Path) -> "ApiKeys":
-        """[[keys]] entries with `sha256` (hex or "sha256:<hex>"), `tenant` and an optional `name`."""
-        try:
-            raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise KeysFileError(f"API keys file not found: {path}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise KeysFileError(f"API keys file {path} is not valid TOML: {exc}") from None
-        tenants = {}
-        for n, entry in enumerate(raw.get("keys", []), 1):
-            digest = str(entry.get("sha256", "")).removeprefix("sha256:")
-            tenant = entry.get("tenant")
-            if not re.fullmatch(r"[0-9a-f]{64}", digest) or not isinstance(tenant, str) or not tenant:
-                raise KeysFileError(f"{path}: keys entry {n} needs sha256 (64 hex digits) and tenant")
-            tenants["sha256:" + digest] = tenant
-        return cls(tenants)
-
-    def tenant_for(self, key: str) -> str | None:
-        # Looked up by hash: how long the lookup takes depends on the digest, not on how close a guess came.
-        return self._tenants.get(hash_key(key)) if key else None
-
-    def __len__(self) -> int:
-        return len(self._tenants)
-
-
-def add_key(path: Path, tenant: str, name: str = "") -> str:
-    """Append a new key for `tenant` to the keys file (created if missing) and return the key itself."""
-    key = new_key()
-    entry = f'\n[[keys]]\nsha256 = "{hash_key(key)}"\ntenant = {json.dumps(tenant)}\n'
-    if name:
-        entry += f"name = {json.dumps(name)}\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(entry)
-    ApiKeys.load(path)  # the file must still parse
-    return key
 
 
 class TokenBuckets:

@@ -18,9 +18,10 @@ from starlette.middleware import Middleware
 
 from .. import wiring
 from ..config import Settings
-from .admission import Admission, ApiKeys, Gate, TokenBuckets
+from .admission import Admission, Gate, TokenBuckets
 from .edge import BodySpecs, BootState, Edge, Phase
 from .errors import EXCEPTION_HANDLERS
+from .keys import ApiKeys, reload_on_hangup
 from .metrics import Metrics
 from .routes import ROUTES
 from .schemas import openapi
@@ -39,6 +40,7 @@ def create_app(settings: Settings, open_services: OpenServices = wiring.open_ser
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
             async with contextlib.AsyncExitStack() as stack:  # closes the services once the server has drained
+                stack.enter_context(reload_on_hangup(edge.gate.keys))
                 task = asyncio.create_task(_boot(app, edge, stack, open_services))
                 try:
                     yield

@@ -39,12 +39,21 @@ class ApiError(Exception):
         return cls(413, "body_too_large", f"body is larger than {limit} bytes")
 
     @classmethod
+    def unauthorized(cls, message: str) -> "ApiError":
+        return cls(401, "unauthorized", message, headers={"WWW-Authenticate": "Bearer"})
+
+    @classmethod
     def forbidden(cls, message: str, field: str | None = None) -> "ApiError":
         return cls(403, "forbidden", message, field)
 
     @classmethod
     def not_found(cls, message: str, field: str | None = None) -> "ApiError":
         return cls(404, "not_found", message, field)
+
+    @classmethod
+    def quota_exceeded(cls, message: str, field: str | None = None) -> "ApiError":
+        """413: storing this would take the tenant past a [quota] limit (the message names it)."""
+        return cls(413, "quota_exceeded", message, field)
 
     @classmethod
     def conflict(cls, code: str, message: str, field: str | None = None) -> "ApiError":

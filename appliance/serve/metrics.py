@@ -10,6 +10,7 @@ import logging
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -135,7 +136,8 @@ class _EngineCollector:
         in_flight = GaugeMetricFamily("appliance_engine_in_flight", "Generations in flight on the engine",
                                       labels=own_labels)
         for role, info in engines.items():
-            name, model = str(role), str(info.model or "")
+            # a model by its name (the folder's), not its absolute path: labels are no map of the box's folders
+            name, model = str(role), PurePath(str(info.model or "")).name
             up.add_metric([name], 1.0 if info.state == "up" else 0.0)
             for family, key, labels in ((running, "running", [name, model]), (waiting, "waiting", [name, model]),
                                         (kv, "kv_cache_usage", [name, model]),

@@ -159,6 +159,11 @@ class Operation:
         return self.path.startswith("/v1/")
 
     @property
+    def keyed(self) -> bool:
+        """Needs an API key where keys are configured: the API and the metrics."""
+        return self.v1 or self.path == "/metrics"
+
+    @property
     def names_tenant(self) -> bool:
         return any(p.name == "tenant" for p in self.params) or bool(self.body and "tenant" in self.body.fields)
 
@@ -184,7 +189,10 @@ def operations(settings: Settings) -> list[Operation]:
                   body=ingest_body(settings), errors=(409,), extra={"202": {
                       "description": "Stored; indexing continues (wait: false, or the index build failed: see "
                                      "index_error)", "content": {"application/json": {"schema": {"type": "object"}}}}}),
-        Operation("delete", "/v1/documents/{id}", "Delete a document", "Deleted", errors=(404,), params=(
+        Operation("delete", "/v1/documents/{id}", "Delete a document", "Deleted", errors=(404,), extra={"202": {
+                      "description": "Deleted in the store; the index build failed or is still running (see "
+                                     "index_error): searches may still find it until it catches up",
+                      "content": {"application/json": {"schema": {"type": "object"}}}}}, params=(
             doc_id, _TENANT,
             Param("partition", "query", Spec("string", "Only this partition (default: every partition of the "
                                              "tenant).", pattern=NAME_PATTERN)))),
@@ -210,7 +218,7 @@ def operations(settings: Settings) -> list[Operation]:
                   params=(Param("id", "path", Spec("integer", "Entry id, from GET /v1/cache/entries.",
                                                    required=True, min=0)), _TENANT)),
         Operation("get", "/metrics", "Prometheus metrics (text exposition format)", "Metrics",
-                  ok_schema={"type": "string"}, ok_media=("text/plain",)),
+                  ok_schema={"type": "string"}, ok_media=("text/plain",), errors=(401,)),
         Operation("get", "/healthz", "The process is up", "Alive"),
         Operation("get", "/readyz", "Warm-up is done and requests are served", "Ready", extra={"503": {
             "description": "Starting, stopping, or boot failed (then error says why)",
@@ -242,7 +250,7 @@ def openapi(settings: Settings) -> dict[str, Any]:
                 schema["required"] = [name for name in schema["required"] if name != "tenant"]
                 schema["properties"]["tenant"]["nullable"] = True
             entry["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
-        if op.v1:
+        if op.keyed:
             # Keys are checked only where the server has some configured; without, requests go through unnamed.
             entry["security"] = [{"bearerAuth": []}] if keyed else [{"bearerAuth": []}, {}]
         paths.setdefault(op.path, {})[op.method] = entry

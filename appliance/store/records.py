@@ -27,6 +27,25 @@ class NewDocument:
     metadata: dict[str, Any] = field(default_factory=dict)
     time: float | None = None
 
+    @property
+    def text_bytes(self) -> int:
+        """What the store keeps of its text: its chunks in UTF-8, overlaps included (what quotas count)."""
+        return sum(len(chunk.encode("utf-8")) for chunk in self.chunks)
+
+
+@dataclass(slots=True, frozen=True)
+class StoredDocument:
+    """What an ingest needs to know of a document already stored (to tell a new one from a replacement)."""
+    content_hash: str
+    text_bytes: int
+
+
+@dataclass(slots=True, frozen=True)
+class TenantUsage:
+    partitions: int
+    documents: int
+    text_bytes: int
+
 
 @dataclass(slots=True, frozen=True)
 class DocumentStatus:

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .records import ChunkRow, DocumentStatus, NewDocument, Partition, WriteResult
+from .records import ChunkRow, DocumentStatus, NewDocument, Partition, StoredDocument, TenantUsage, WriteResult
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS partitions (
@@ -39,6 +39,7 @@ CREATE TABLE IF NOT EXISTS documents (
     time REAL NOT NULL,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
+    text_bytes INTEGER NOT NULL DEFAULT 0,  -- its chunks' UTF-8 bytes: what quotas count, without reading them
     UNIQUE (partition_id, doc_key)
 );
 CREATE TABLE IF NOT EXISTS chunks (
@@ -71,6 +72,7 @@ class Store:
         self._local = threading.local()
         self._writer = self._connect()
         self._writer.executescript(_SCHEMA)
+        self._add_text_bytes()
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
@@ -79,6 +81,16 @@ class Store:
         conn.execute("PRAGMA foreign_keys=ON")
         conn.row_factory = sqlite3.Row
         return conn
+
+    def _add_text_bytes(self) -> None:
+        """A store made before documents.text_bytes existed gets it, counted once from its chunks."""
+        columns = {row["name"] for row in self._writer.execute("PRAGMA table_info(documents)")}
+        if "text_bytes" in columns:
+            return
+        with _transaction(self._writer) as db:
+            db.execute("ALTER TABLE documents ADD COLUMN text_bytes INTEGER NOT NULL DEFAULT 0")
+            db.execute("UPDATE documents SET text_bytes = (SELECT COALESCE(SUM(LENGTH(CAST(c.text AS BLOB))), 0)"
+                       " FROM chunks c WHERE c.document_id = documents.id)")
 
     def _reader(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -146,17 +158,18 @@ class Store:
                 if row is None:
                     doc_id = db.execute(
                         "INSERT INTO documents (partition_id, doc_key, source, title, content_hash, metadata, time,"
-                        " created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                        (partition_id, doc.key, doc.source, doc.title, doc.content_hash, metadata, doc_time, now, now),
+                        " created_at, updated_at, text_bytes) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                        (partition_id, doc.key, doc.source, doc.title, doc.content_hash, metadata, doc_time, now, now,
+                         doc.text_bytes),
                     ).lastrowid
                     op = "created"
                 else:
                     doc_id = row["id"]
                     db.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
                     db.execute(
-                        "UPDATE documents SET source=?, title=?, content_hash=?, metadata=?, time=?, updated_at=?"
-                        " WHERE id = ?",
-                        (doc.source, doc.title, doc.content_hash, metadata, doc_time, now, doc_id),
+                        "UPDATE documents SET source=?, title=?, content_hash=?, metadata=?, time=?, updated_at=?,"
+                        " text_bytes=? WHERE id = ?",
+                        (doc.source, doc.title, doc.content_hash, metadata, doc_time, now, doc.text_bytes, doc_id),
                     )
                     op = "updated"
                 db.executemany(
@@ -250,6 +263,28 @@ class Store:
             (tenant, key),
         ).fetchall()
         return [_partition(r) for r in rows]
+
+    def tenant_usage(self, tenant: str) -> TenantUsage:
+        """The tenant's partitions, documents and stored text bytes (what quotas limit)."""
+        db = self._reader()
+        with _transaction(db, "BEGIN"):  # one snapshot: the three agree
+            partitions = db.execute("SELECT COUNT(*) FROM partitions WHERE tenant = ?", (tenant,)).fetchone()[0]
+            documents, text_bytes = db.execute(
+                "SELECT COUNT(d.id), COALESCE(SUM(d.text_bytes), 0) FROM documents d"
+                " JOIN partitions p ON p.id = d.partition_id WHERE p.tenant = ?", (tenant,)).fetchone()
+        return TenantUsage(partitions, documents, text_bytes)
+
+    def stored_documents(self, partition_id: int, keys: Iterable[str]) -> dict[str, StoredDocument]:
+        """Those of `keys` the partition already holds."""
+        keys = sorted(set(keys))
+        found: dict[str, StoredDocument] = {}
+        for start in range(0, len(keys), 500):
+            part = keys[start:start + 500]
+            rows = self._reader().execute(
+                f"SELECT doc_key, content_hash, text_bytes FROM documents WHERE partition_id = ?"
+                f" AND doc_key IN ({','.join('?' * len(part))})", (partition_id, *part))
+            found.update((r["doc_key"], StoredDocument(r["content_hash"], r["text_bytes"])) for r in rows)
+        return found
 
     def count_documents(self, partition_id: int) -> int:
         return self._reader().execute(

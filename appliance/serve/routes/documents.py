@@ -5,7 +5,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ...library import KindConflict
+from ...library import KindConflict, QuotaExceeded
 from ..edge import edge, name_param, read_body, require_ready, tenant_param
 from ..errors import ApiError
 from ..requests import IngestBody
@@ -18,10 +18,14 @@ async def post_documents(request: Request) -> JSONResponse:
     library = require_ready(request).library
     body = IngestBody.parse(await read_body(request, edge(request).bodies.ingest))
     try:
-        result = await library.ingest(body.tenant, body.partition, body.documents, body.kind, body.wait)
+        result = await library.ingest(body.tenant, body.partition, body.documents, body.kind, body.wait,
+                                      edge(request).settings.server.ingest_wait_timeout_s)
     except KindConflict as exc:
         raise ApiError.conflict("kind_conflict", str(exc), "kind") from None
-    # 202: stored (durable) but not searchable yet, because the client said not to wait or the build failed
+    except QuotaExceeded as exc:
+        raise ApiError.quota_exceeded(str(exc), exc.field) from None
+    # 202: stored (durable) but not searchable yet: the client said not to wait, the build took longer than
+    # server.ingest_wait_timeout_s, or it failed (index_error)
     return JSONResponse(ingest_json(result), status_code=200 if result.indexed else 202)
 
 
@@ -29,12 +33,19 @@ async def delete_document(request: Request) -> JSONResponse:
     library = require_ready(request).library
     key = validate(request.path_params["id"], DOCUMENT_ID, "id")
     tenant = tenant_param(request)
-    results = await library.delete(tenant, key, name_param(request, "partition"))
-    deleted = [{"partition": r.partition, "version": r.version} for r in results
-               if any(d.status == "deleted" for d in r.documents)]
-    if not deleted:
+    results = await library.delete(tenant, key, name_param(request, "partition"),
+                                   wait_timeout_s=edge(request).settings.server.ingest_wait_timeout_s)
+    done = [r for r in results if any(d.status == "deleted" for d in r.documents)]
+    if not done:
         raise ApiError.not_found(f"no document {key!r} for tenant {tenant!r}", "id")
-    return JSONResponse({"id": key, "deleted": deleted})
+    deleted = [{"partition": r.partition, "version": r.version, "indexed": r.indexed,
+                **({"index_error": r.index_error} if r.index_error else {})} for r in done]
+    body: dict = {"id": key, "deleted": deleted}
+    errors = [r.index_error for r in done if r.index_error]
+    if errors:
+        body["index_error"] = errors[0]
+    # 202 as for POST: deleted in the store (durable), but still found by searches until the index catches up
+    return JSONResponse(body, status_code=200 if all(r.indexed for r in done) else 202)
 
 
 routes = [

@@ -142,7 +142,7 @@ def _serve(settings: Settings, args) -> None:
     import uvicorn
     from dataclasses import replace
 
-    from .serve import create_app
+    from .serve import create_app, server_options
     from .serve.keys import KeysFileError
 
     server = replace(settings.server, **{k: v for k, v in (("host", args.host), ("port", args.port)) if v})
@@ -152,8 +152,7 @@ def _serve(settings: Settings, args) -> None:
     except KeysFileError as exc:  # a wrong or exposed keys file: say which and how to fix it, no traceback
         sys.exit(f"appliance: {exc}")
     # On SIGTERM uvicorn stops accepting, lets answers in progress finish for up to drain_timeout_s, then stops.
-    uvicorn.run(app, host=server.host, port=server.port, log_level=settings.log_level,
-                timeout_graceful_shutdown=settings.server.drain_timeout_s)
+    uvicorn.run(app, log_level=settings.log_level, **server_options(settings))
 
 
 def _ingest(settings: Settings, args) -> None:

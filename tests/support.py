@@ -49,16 +49,17 @@ def free_port() -> int:
 
 
 class LiveServer:
-    """A real uvicorn server on a free loopback port, in a thread of this process."""
+    """A real uvicorn server on a free loopback port, in a thread of this process, with the options `appliance
+    serve` gives uvicorn. `open_services` replaces the real services (e.g. scripted engines)."""
 
-    def __init__(self, settings: Settings, api_key: str | None = None):
+    def __init__(self, settings: Settings, api_key: str | None = None, open_services=None):
         self.api_key = api_key  # sent by client() when the server has API keys
         self.port = free_port()
-        self.settings = replace(settings, server=replace(settings.server, port=self.port))
-        from appliance.serve import create_app
+        self.settings = replace(settings, server=replace(settings.server, host="127.0.0.1", port=self.port))
+        from appliance.serve import create_app, server_options
 
-        self.app = create_app(self.settings)
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        self.app = create_app(self.settings, *((open_services,) if open_services else ()))
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="on", **server_options(self.settings))
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = f"http://127.0.0.1:{self.port}"

@@ -105,6 +105,8 @@ def test_rate_limit_answers_429_with_retry_after(tmp_path, models_dir):
     settings = make_settings(tmp_path, models_dir, admission_keys_file=str(keys_file), admission_rate_per_s="0.5",
                              admission_burst="3")
     with LiveServer(settings) as live:
+        with live.client(keys["calm"]) as c:  # the buckets apply while tenants compete: calm is there
+            assert c.get("/v1/partitions").status_code == 200
         with live.client(keys["busy"]) as c:
             statuses = [c.get("/v1/partitions").status_code for _ in range(5)]
             limited = c.get("/v1/partitions")

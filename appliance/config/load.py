@@ -51,7 +51,8 @@ _POSITIVE = {
     ("server", "request_timeout_s"), ("server", "drain_timeout_s"), ("cache", "memory_items"),
     ("cache", "disk_mib"), ("cache", "ttl_s"), ("cache", "embedding_items"), ("cache", "embedding_mib"), ("cache", "semantic_max_entries"),
     ("cache", "single_flight_wait_s"), ("admission", "rate_per_s"), ("admission", "burst"),
-    ("admission", "max_in_flight"), ("admission", "wait_budget_s"),
+    ("admission", "max_in_flight"), ("admission", "wait_budget_s"), ("server", "body_timeout_s"),
+    ("server", "body_min_bytes_per_s"), ("server", "max_connections"), ("server", "keep_alive_s"),
     *((engine, name) for engine in ("small", "large") for name in _ENGINE_POSITIVE),
 }
 

@@ -15,6 +15,17 @@ class ServerSettings:
     ingest_wait_timeout_s: float = 300.0
     request_timeout_s: float = 120.0  # an answer still generating after this ends with finish_reason "deadline"
     drain_timeout_s: float = 30.0  # on shutdown, streams in progress get this long to finish
+    # A request body may take body_timeout_s plus 1 s per body_min_bytes_per_s received; slower gets 408, so a
+    # client trickling its body cannot hold a slot (uvicorn itself has no body-read timeout).
+    body_timeout_s: float = 10.0
+    body_min_bytes_per_s: int = 65536
+    # Open connections (idle keep-alive ones included) past which uvicorn answers 503 (its limit_concurrency):
+    # bounds sockets and memory; twice admission.max_in_flight, well under the usual 1024 open-file limit.
+    max_connections: int = 512
+    keep_alive_s: float = 5.0  # an idle keep-alive connection is closed after this
+    # Proxies whose X-Forwarded-For is believed (uvicorn's forwarded_allow_ips, comma-separated). Empty: none, so
+    # a client cannot pick the address that open mode's per-client bucket and share are keyed by.
+    forwarded_allow_ips: str = ""
 
 
 @dataclass(slots=True, frozen=True)
@@ -142,9 +153,13 @@ class CacheSettings:
 @dataclass(slots=True, frozen=True)
 class AdmissionSettings:
     keys_file: str = ""  # TOML with [[keys]] entries (sha256 of the key, tenant); "" = no API keys (open, logged)
-    rate_per_s: float = 50.0  # token bucket per tenant: sustained requests per second
+    # Token bucket per tenant, applied only while another tenant competes (slots.py): it keeps tenants from each
+    # other, and does not refuse a lone tenant work the box has room for. Sustained requests per second:
+    rate_per_s: float = 50.0
     burst: int = 100  # and how many may come at once
-    max_in_flight: int = 256  # requests in progress in the whole server; past it 503 + Retry-After
+    # Requests in progress in the whole server; past it 503 + Retry-After. A quarter is kept for tenants that
+    # arrive; one tenant holds at most max(1, (max_in_flight - max_in_flight // 4) // tenants competing).
+    max_in_flight: int = 256
     # Estimated wait for an engine's first token above this: answer retrieval-only instead of queueing
     wait_budget_s: float = 4.0
 

@@ -1,4 +1,5 @@
-"""Admission: API key -> tenant, a token bucket per tenant, and a bound on requests in progress.
+"""Admission: API key -> tenant, a token bucket per tenant while tenants compete, and requests in progress bounded
+in all and per tenant (slots.py); a body sent too slowly ends in 408, a client that leaves cancels its work (watch.py).
 
 Runs as ASGI middleware in front of every /v1/ route, so a refused request costs no body parsing, no encoder
 time and no memory beyond its headers. Keys are stored as SHA-256 hashes: the keys file can be read by an
@@ -6,6 +7,7 @@ operator without revealing a usable key (keys are 32 random bytes, so a fast has
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -15,15 +17,22 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute, Match, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..timings import Stage, ms_since
 from .keys import ApiKeys
 from .metrics import RequestRecord
+from .slots import TenantSlots
+from .watch import BodyPace, BodyTimeout, ClientWatch
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._\-]{1,64}$")
 MAX_BUCKETS = 10_000  # open mode keys buckets by client address: keep memory bounded
+CLIENT_GONE = 499  # status recorded for a request whose client left before any reply (nginx's code)
+# Work cancelled when its client leaves: answers only (read-only, and costly); an ingest or delete goes on, so
+# that what the store acknowledged is also indexed.
+CANCEL_ON_DISCONNECT = frozenset({"ask", "chat"})
 
 
 class TokenBuckets:
@@ -53,7 +62,15 @@ class Gate:
     max_in_flight: int
     on_reject: Callable[[str, str], None]  # (reason, endpoint)
     on_finish: Callable[[RequestRecord], None]
-    in_flight: int = 0
+    pace: BodyPace = BodyPace()
+    slots: TenantSlots = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.slots = TenantSlots(self.max_in_flight)
+
+    @property
+    def in_flight(self) -> int:
+        return self.slots.total
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,17 +112,16 @@ class Admission:
             await send(message)
 
         try:
-            refusal = self._check(headers, scope, record)
+            refusal, name = self._check(headers, scope, record)
             if refusal is not None:
                 gate.on_reject(refusal.reason, endpoint)
                 await _refuse(send_tracked, refusal)
                 return
             state["tenant"] = record.tenant
-            gate.in_flight += 1
-            try:  # a client that disconnects ends the call (Starlette cancels the stream), freeing the slot
-                await self.app(scope, receive, send_tracked)
+            try:
+                await self._watched(scope, receive, send_tracked, record)
             finally:
-                gate.in_flight -= 1
+                gate.slots.release(name)
         finally:
             record.timings.setdefault(Stage.TOTAL, ms_since(clock))  # a route that measured its own keeps it
             record.status = record.status or 500
@@ -117,8 +133,41 @@ class Admission:
                 return route.name
         return "other"
 
-    def _check(self, headers: dict, scope: Scope, record: RequestRecord) -> Refusal | None:
-        """None to admit."""
+    async def _watched(self, scope: Scope, receive: Receive, send: Send, record: RequestRecord) -> None:
+        """The app, in a task of its own that a client who leaves cancels if it asked for an answer (a non-streamed
+        one would otherwise run to its end, engine request included); a body sent too slowly gets 408 and the
+        connection closed."""
+        started = False
+        work: asyncio.Future | None = None
+        cancel = record.endpoint in CANCEL_ON_DISCONNECT
+        watch = ClientWatch(receive, self.gate.pace, lambda: cancel and work is not None and work.cancel())
+
+        async def send_watched(message: Message) -> None:
+            nonlocal started
+            started = True
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                watch.responded = True
+            await send(message)
+
+        work = asyncio.ensure_future(self.app(scope, watch.receive, send_watched))
+        try:
+            await work
+        except BodyTimeout as exc:
+            if started:
+                raise
+            self.gate.on_reject("slow_body", record.endpoint)
+            await _refuse(send, Refusal("slow_body", 408, str(exc), {"Connection": "close"}))
+        except (asyncio.CancelledError, ClientDisconnect):
+            current = asyncio.current_task()
+            if not watch.gone.is_set() or (current is not None and current.cancelling()):
+                raise  # not the client leaving: the server is stopping
+            if not started:
+                record.status = CLIENT_GONE
+        finally:
+            watch.close()
+
+    def _check(self, headers: dict, scope: Scope, record: RequestRecord) -> tuple[Refusal | None, str]:
+        """(None, the slot's holder) to admit; a slot is then taken, to be released under that name."""
         gate = self.gate
         if gate.keys is not None:
             auth = headers.get("authorization", "")
@@ -126,16 +175,17 @@ class Admission:
             record.tenant = gate.keys.tenant_for(key.strip()) if scheme.lower() == "bearer" else None
             if record.tenant is None:
                 message = "invalid API key" if auth else "missing API key: send Authorization: Bearer <key>"
-                return Refusal("unauthorized", 401, message, {"WWW-Authenticate": "Bearer"})
-        bucket = record.tenant if record.tenant is not None else "client:" + (scope.get("client") or ("?",))[0]
-        wait = gate.buckets.take(bucket)
-        if wait > 0:
-            return Refusal("rate_limited", 429, f"rate limit of {gate.buckets.rate:g} requests/s exceeded",
-                           {"Retry-After": str(max(1, math.ceil(wait)))})
-        if gate.in_flight >= gate.max_in_flight:
-            return Refusal("overloaded", 503, f"{gate.in_flight} requests in progress; try again shortly",
-                           {"Retry-After": "1"})
-        return None
+                return Refusal("unauthorized", 401, message, {"WWW-Authenticate": "Bearer"}), ""
+        name = record.tenant if record.tenant is not None else "client:" + (scope.get("client") or ("?",))[0]
+        # The bucket protects tenants from each other, so it applies only while another tenant competes: alone, a
+        # tenant may use all the room the box has (bounded by its slots and, for answers, the engines' queues).
+        if gate.slots.arrive(name) and (wait := gate.buckets.take(name)) > 0:
+            return Refusal("rate_limited", 429, f"rate limit of {gate.buckets.rate:g} requests/s exceeded while "
+                           "other tenants use the server", {"Retry-After": str(max(1, math.ceil(wait)))}), name
+        why = gate.slots.acquire(name)
+        if why is not None:
+            return Refusal("overloaded", 503, why, {"Retry-After": "1"}), name
+        return None, name
 
 
 async def _refuse(send: Send, refusal: Refusal) -> None:

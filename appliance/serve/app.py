@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -26,6 +27,7 @@ from .metrics import Metrics
 from .routes import ROUTES
 from .schemas import openapi
 from .telemetry import Telemetry
+from .watch import BodyPace
 
 log = logging.getLogger("appliance.serve")
 
@@ -59,6 +61,18 @@ def create_app(settings: Settings, open_services: OpenServices = wiring.open_ser
     return app
 
 
+def server_options(settings: Settings) -> dict[str, Any]:
+    """uvicorn's settings for this app (`appliance serve`, and the tests' live server, which mirrors it)."""
+    s = settings.server
+    trusted = [ip.strip() for ip in s.forwarded_allow_ips.split(",") if ip.strip()]
+    # On SIGTERM uvicorn stops accepting, lets answers in progress finish for up to drain_timeout_s, then stops.
+    # X-Forwarded-For is believed from the configured proxies only: uvicorn's default trusts 127.0.0.1, which
+    # let any local client name its own address and so get a fresh open-mode bucket per request.
+    return {"host": s.host, "port": s.port, "limit_concurrency": s.max_connections,
+            "timeout_keep_alive": s.keep_alive_s, "timeout_graceful_shutdown": s.drain_timeout_s,
+            "proxy_headers": bool(trusted), "forwarded_allow_ips": trusted or None}
+
+
 def _edge(settings: Settings) -> Edge:
     metrics = Metrics()
     telemetry = Telemetry(settings.telemetry, metrics)
@@ -66,7 +80,9 @@ def _edge(settings: Settings) -> Edge:
     keys = ApiKeys.load(Path(a.keys_file)) if a.keys_file else None
     if keys is None:
         log.warning("no API keys file (admission.keys_file): requests name their tenant themselves")
-    gate = Gate(keys, TokenBuckets(a.rate_per_s, a.burst), a.max_in_flight, metrics.rejected, telemetry.finish)
+    pace = BodyPace(settings.server.body_timeout_s, settings.server.body_min_bytes_per_s)
+    gate = Gate(keys, TokenBuckets(a.rate_per_s, a.burst), a.max_in_flight, metrics.rejected, telemetry.finish,
+                pace)
     metrics.set_gauge_source("appliance_in_flight_requests", "requests in progress", lambda: gate.in_flight)
     return Edge(settings, BodySpecs.from_settings(settings), openapi(settings), metrics, telemetry, gate)
 

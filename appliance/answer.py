@@ -117,7 +117,7 @@ class Answerer:
             result, embedding = await search, None
         timings = result.timings.copy()
         t = time.perf_counter()
-        route, engine = self._route(req, embedding, len(result.hits))
+        route, engine = await self._route(req, embedding, len(result.hits))
         timings.since(Stage.ROUTE, t)
         yield Sources(sources_of(result.hits), result.partitions, route)
         if engine is None:
@@ -126,7 +126,7 @@ class Answerer:
         async for event in self._generate(req, engine, route, result, timings, started):
             yield event
 
-    def _route(self, req: AskRequest, embedding, n_passages: int) -> tuple[Route, TextEngine | None]:
+    async def _route(self, req: AskRequest, embedding, n_passages: int) -> tuple[Route, TextEngine | None]:
         if not self.engines:
             return Route(None, req.model, "generation is turned off (generate.enabled = false)"), None
         if req.model != AUTO:
@@ -136,8 +136,9 @@ class Answerer:
             preferred = "small" if words <= self.routing.max_words_small else "large"
             reason, p_large = f"no router model: by length ({words} words)", None
         else:
-            decision = self.router.decide(req.question, embedding, self.routing.bias, self.routing.max_words_small,
-                                          context_tokens=n_passages * 200)
+            # features and rule cues scan the question (up to 4,000 characters): CPU work, off the event loop
+            decision = await asyncio.to_thread(self.router.decide, req.question, embedding, self.routing.bias,
+                                               self.routing.max_words_small, context_tokens=n_passages * 200)
             preferred, reason, p_large = decision.engine, decision.reason, decision.p_large
         pick = self.engines.pick(preferred, forced=req.model != AUTO)
         if pick.engine is None:
@@ -152,8 +153,10 @@ class Answerer:
         max_tokens = min(req.max_tokens or self._default_max_tokens(req.task), engine.limits.max_tokens)
         # room for the system prefix and the question beside the passages and the answer
         budget = max(0, min(engine.limits.context_tokens, engine.limits.max_model_len - max_tokens - 400))
-        prompt = build_prompt(engine.tokenizer, req.task, self.generate.concise,
-                              [Passage(h.chunk.title, h.chunk.text) for h in result.hits], req.question, budget)
+        # tokenising the passages (each cut to what the budget can hold) is CPU work: off the event loop
+        prompt = await asyncio.to_thread(build_prompt, engine.tokenizer, req.task, self.generate.concise,
+                                         [Passage(h.chunk.title, h.chunk.text) for h in result.hits], req.question,
+                                         budget)
         timings.since(Stage.PROMPT, t)
         t = time.perf_counter()
         parts: list[str] = []

@@ -344,7 +344,9 @@ def _add_key(parser: argparse.ArgumentParser) -> None:
 
 
 def _address(settings: Settings) -> str:
-    return f"http://{settings.server.host}:{settings.server.port}"
+    # a server bound to every interface is reached on loopback: "0.0.0.0" is no host name it answers to
+    host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(settings.server.host, settings.server.host)
+    return f"http://{host}:{settings.server.port}"
 
 
 def _connect(settings: Settings, args) -> ApplianceClient | None:

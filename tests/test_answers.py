@@ -122,7 +122,8 @@ def test_bad_answer_requests_get_4xx_naming_the_field(llm_served):
                                                                                  "content": "x"}]}), 422, "messages"),
             (c.post("/v1/chat/completions", json={"model": "auto", "messages": [{"role": "user", "content": "x"}]},
                     headers={"X-Tenant": "../etc"}), 422, "X-Tenant"),
-            (c.post("/v1/chat/completions", content=b'{"model": "auto",'), 400, None),
+            (c.post("/v1/chat/completions", content=b'{"model": "auto",', headers={"content-type": "application/json"}),
+             400, None),
         ]
     for reply, status, field in cases:
         assert reply.status_code == status, reply.text

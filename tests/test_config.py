@@ -88,3 +88,19 @@ def test_quotas_and_the_chunk_character_bound_are_checked():
     assert "chunking.max_chars: must be greater than 0" in message
     s = load_settings(env={"APPLIANCE_QUOTA_MAX_TEXT_BYTES": "1000000"})
     assert s.quota.max_text_bytes == 1_000_000 and s.quota.max_documents == 0 and s.chunking.max_chars == 2000
+
+
+def test_allowed_hosts_and_body_limits(tmp_path: Path):
+    path = tmp_path / "hosts.toml"
+    path.write_text('[server]\nallowed_hosts = ["appliance.internal", "10.0.0.5", "fd00::5"]\n')
+    assert load_settings(path, env={}).server.allowed_hosts == ("appliance.internal", "10.0.0.5", "fd00::5")
+    from_env = load_settings(env={"APPLIANCE_SERVER_ALLOWED_HOSTS": " a.example, b.example ,"})
+    assert from_env.server.allowed_hosts == ("a.example", "b.example")
+    with pytest.raises(ConfigError) as err:
+        load_settings(env={"APPLIANCE_SERVER_ALLOWED_HOSTS": "http://a.example,b.example:8080",
+                           "APPLIANCE_SERVER_MAX_JSON_VALUES": "0", "APPLIANCE_SERVER_MAX_QUERY_BODY_BYTES": "-1"})
+    message = str(err.value)
+    assert "server.allowed_hosts: 'http://a.example' is not a host name" in message
+    assert "server.allowed_hosts: 'b.example:8080' is not a host name" in message
+    assert "server.max_json_values: must be greater than 0" in message
+    assert "server.max_query_body_bytes: must be greater than 0" in message

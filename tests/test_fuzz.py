@@ -48,9 +48,10 @@ def _config(auth: dict | None = None) -> SchemathesisConfig:
             # or "this is the key's tenant".
             "positive_data_acceptance": {"expected-statuses": ["2xx", "401", "403", "404", "409", "422", "429",
                                                               "503"]},
-            # A schema-violating body may be refused as too large first (413); no 5xx here, 503 aside.
+            # A schema-violating body may be refused as too large first (413), a missing one as not JSON (415);
+            # no 5xx here, 503 aside.
             "negative_data_rejection": {"expected-statuses": ["400", "401", "403", "404", "405", "409", "413",
-                                                              "422", "429", "503"]},
+                                                              "415", "422", "429", "503"]},
         },
         **({"auth": {"openapi": {"bearerAuth": {"bearer": auth}}}} if auth else {}),
     })

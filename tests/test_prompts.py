@@ -2,8 +2,8 @@
 import pytest
 from transformers import AutoTokenizer
 
-from appliance.generate.prompts import (PROMPT_VERSION, TASKS, Passage, build_prompt, system_prefix,
-                                        warm_up_prompts)
+from appliance.generate.prompts import (MAX_CHARS_PER_TOKEN, PROMPT_VERSION, TASKS, Passage, build_prompt,
+                                        system_prefix, warm_up_prompts)
 
 
 @pytest.fixture(scope="module")
@@ -60,3 +60,24 @@ def test_a_model_without_chat_template_gets_a_plain_layout(tokenizer):
 
     text = build_prompt(Plain(), "cited", False, PASSAGES[:1], "Why?", 500).text
     assert text.startswith(system_prefix("cited", False)) and text.endswith("Question: Why?\nAnswer:")
+
+
+def test_a_megabyte_passage_is_cut_before_it_is_tokenised(tokenizer):
+    """A text without spaces is one chunk however long; tokenising it whole took ~1 s per MB."""
+    seen = []
+
+    class Watched:
+        chat_template = tokenizer.chat_template
+
+        def encode(self, text, add_special_tokens=False):
+            seen.append(len(text))
+            return tokenizer.encode(text, add_special_tokens=add_special_tokens)
+
+        def __getattr__(self, name):
+            return getattr(tokenizer, name)
+
+    blob = Passage("", "x" * 1_000_000)
+    prompt = build_prompt(Watched(), "cited", False, [blob, PASSAGES[0]], "q?", budget_tokens=300)
+    assert max(seen) <= 300 * MAX_CHARS_PER_TOKEN
+    assert prompt.passages_used == 1 and prompt.context_tokens <= 300 and "x ..." in prompt.text
+    assert len(prompt.text) < 300 * MAX_CHARS_PER_TOKEN + 2000

@@ -108,13 +108,18 @@ def test_bad_input_gets_a_4xx_naming_the_field_and_loses_nothing(served):
             assert reply.status_code == 422 and error(reply)["field"] == field, reply.text
         bad_json = c.post("/v1/search", content=b'{"tenant": "sci", "query": ', headers={"content-type": "application/json"})
         assert bad_json.status_code == 400 and error(bad_json)["code"] == "invalid_json"
-        bad_utf8 = c.post("/v1/search", content=b'{"tenant": "sci", "query": "\xff\xfe"}')
+        json_type = {"content-type": "application/json"}
+        bad_utf8 = c.post("/v1/search", content=b'{"tenant": "sci", "query": "\xff\xfe"}', headers=json_type)
         assert bad_utf8.status_code == 400 and error(bad_utf8)["code"] == "invalid_utf8"
         not_object = c.post("/v1/search", json=[1, 2])
         assert not_object.status_code == 422 and error(not_object)["field"] == "body"
-        too_big = c.post("/v1/search", content=b"x" * (served.settings.server.max_body_bytes + 1))
+        too_big = c.post("/v1/search", content=b"x" * (served.settings.server.max_query_body_bytes + 1),
+                         headers=json_type)
         assert too_big.status_code == 413 and error(too_big)["code"] == "body_too_large"
-        assert c.post("/v1/search", content=b"").status_code == 400
+        assert c.post("/v1/search", content=b"", headers=json_type).status_code == 400
+        not_json = c.post("/v1/search", content=b'{"tenant": "sci", "query": "x"}',
+                          headers={"content-type": "text/plain"})
+        assert not_json.status_code == 415 and error(not_json)["field"] == "Content-Type"
         assert c.get("/v1/search").status_code == 405
         after = c.get("/v1/partitions", params={"tenant": "sci"}).json()["partitions"][0]
     assert after == before  # nothing stored was lost or changed
@@ -122,7 +127,8 @@ def test_bad_input_gets_a_4xx_naming_the_field_and_loses_nothing(served):
 
 def test_not_finite_numbers_are_rejected(served):
     with served.client() as c:
-        reply = c.post("/v1/documents", content=b'{"tenant":"sci","partition":"p","documents":[{"text":"x","time":NaN}]}')
+        reply = c.post("/v1/documents", headers={"content-type": "application/json"},
+                       content=b'{"tenant":"sci","partition":"p","documents":[{"text":"x","time":NaN}]}')
     # NaN is not JSON (Python's parser accepts it): refused while parsing, before any field is looked at
     assert reply.status_code == 400 and error(reply)["code"] == "invalid_json" and "NaN" in error(reply)["message"]
 
@@ -170,7 +176,7 @@ def test_boot_in_the_background_then_fail_visibly(settings):
         finally:
             closed.append(True)
 
-    with TestClient(create_app(settings, open_services=booting)) as c:
+    with TestClient(create_app(settings, open_services=booting), base_url="http://localhost") as c:
         assert c.get("/healthz").status_code == 200
         starting = c.get("/readyz")
         assert starting.status_code == 503 and starting.json() == {"status": "starting"}
@@ -184,7 +190,7 @@ def test_boot_in_the_background_then_fail_visibly(settings):
         raise RuntimeError("the data folder is unreadable")
         yield
 
-    with TestClient(create_app(settings, open_services=failing)) as c:
+    with TestClient(create_app(settings, open_services=failing), base_url="http://localhost") as c:
         deadline = time.time() + 10
         while c.get("/readyz").json()["status"] == "starting" and time.time() < deadline:
             time.sleep(0.01)

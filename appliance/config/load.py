@@ -7,6 +7,7 @@ each with the name to fix, so a box that will not boot says why in one message.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import os
 import re
 import tomllib
@@ -37,11 +38,14 @@ _CHOICES = {
     ("telemetry", "otel_exporter"): {"none", "console", "otlp"},
     ("cache", "semantic"): {"auto", "on", "off"},
 }
+_HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-]*(\.[A-Za-z0-9\-]+)*\.?")  # a DNS name or IPv4 address
 _ENGINE_POSITIVE = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "kv_cache_gib", "max_tokens",
                     "max_waiting")
 _POSITIVE = {
     ("server", "port"), ("server", "max_body_bytes"), ("server", "max_documents_per_request"),
-    ("server", "ingest_wait_timeout_s"), ("encoder", "threads"), ("encoder", "max_batch"),
+    ("server", "ingest_wait_timeout_s"), ("server", "max_query_body_bytes"), ("server", "max_chat_body_bytes"),
+    ("server", "max_chat_message_chars"), ("server", "max_chat_chars"), ("server", "max_json_values"),
+    ("server", "json_workers"), ("encoder", "threads"), ("encoder", "max_batch"),
     ("encoder", "queue_size"), ("encoder", "max_length"), ("encoder", "ingest_batch"),
     ("index", "connectivity"), ("index", "expansion_add"), ("index", "expansion_search"), ("index", "max_token_shards"),
     ("chunking", "max_words"), ("chunking", "max_chars_cjk"), ("chunking", "max_chars"), ("retrieve", "default_k"), ("retrieve", "max_k"),
@@ -112,6 +116,11 @@ def _build(cls: type, raw: Mapping[str, Any], section: str, env: Mapping[str, st
 def _coerce(value: Any, kind: Any) -> Any:
     if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
         kind = next(k for k in typing.get_args(kind) if k is not type(None))
+    if typing.get_origin(kind) is tuple:  # a TOML list, or in the environment a comma-separated string
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) for i in items):
+            raise ValueError(f"expected a list of strings, got {value!r}")
+        return tuple(i.strip() for i in items if i.strip())
     if kind is bool:
         if isinstance(value, bool):
             return value
@@ -158,6 +167,9 @@ def _validate(settings: Settings) -> list[str]:
             errors.append(f"{_name(section, name)}: must be greater than 0, got {value}")
     if settings.server.port > 65535:
         errors.append(f"server.port: must be at most 65535, got {settings.server.port}")
+    for host in settings.server.allowed_hosts:
+        if not (_HOST_NAME.fullmatch(host) or _is_ipv6(host)):
+            errors.append(f"server.allowed_hosts: {host!r} is not a host name or IP address (no scheme or port)")
     if not 0 <= settings.retrieve.dense_weight <= 10:
         errors.append("retrieve.dense_weight: must be between 0 and 10")
     if settings.encoder.batch_window_ms < 0:
@@ -207,6 +219,13 @@ def _validate_engines(settings: Settings) -> list[str]:
     if not 0 <= settings.generate.temperature <= 2:
         errors.append("generate.temperature: must be between 0 and 2")
     return errors
+
+
+def _is_ipv6(text: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(text), ipaddress.IPv6Address)
+    except ValueError:
+        return False
 
 
 def _name(section: str, name: str) -> str:

@@ -9,7 +9,19 @@ from pathlib import Path
 class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8080
-    max_body_bytes: int = 16 * 1024 * 1024
+    max_body_bytes: int = 16 * 1024 * 1024  # a document upload; the other routes have their own, smaller limits
+    max_query_body_bytes: int = 64 * 1024  # a search or an ask: a question and a few options
+    max_chat_body_bytes: int = 256 * 1024  # a chat: OpenAI clients resend the whole conversation every time
+    max_chat_message_chars: int = 32_000  # one chat message's text (only the last user message is answered)
+    max_chat_chars: int = 128_000  # all of a chat's messages together
+    # Arrays, objects and their items in one body, counted before it is parsed: a value costs far more to parse
+    # than its bytes (2 MB of `[0,0,...]` held the event loop for seconds; 50,000 empty arrays parse in ~50 ms on a
+    # loaded 2-core box), so the count bounds the work. 1,000 documents with 40 metadata values each fit.
+    max_json_values: int = 50_000
+    json_workers: int = 2  # bodies parsed and validated at once, off the event loop; a flood queues behind them
+    # Host names (or IPs) clients may use besides loopback and `host` itself; a request naming another Host, or
+    # sent by a web page from another origin, is refused (DNS rebinding, cross-site POSTs).
+    allowed_hosts: tuple[str, ...] = ()
     max_documents_per_request: int = 1000
     # Ingest requests wait until their documents are searchable unless the client asks otherwise.
     ingest_wait_timeout_s: float = 300.0

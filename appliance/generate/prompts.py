@@ -60,17 +60,23 @@ def warm_up_prompts(tokenizer, concise: bool) -> list[str]:
     return [render(tokenizer, system_prefix(task, concise), "Passages:\n" + mark).split(mark)[0] for task in TASKS]
 
 
+# A passage is cut to this many characters per token of room before it is tokenised (tokens average ~4 characters
+# of English): a passage of megabytes (a text without spaces is one chunk) took ~1 s per MB to tokenise.
+MAX_CHARS_PER_TOKEN = 16
+
+
 def build_prompt(tokenizer, task: str, concise: bool, passages: list[Passage], question: str,
                  budget_tokens: int) -> Prompt:
     blocks, used = [], 0
     for n, passage in enumerate(passages, 1):
         block = f"[{n}] {passage.title}\n{passage.text.strip()}" if passage.title else f"[{n}] {passage.text}"
-        ids = tokenizer.encode(block, add_special_tokens=False)
         room = budget_tokens - used
-        if len(ids) > room:
+        limit = max(room, 0) * MAX_CHARS_PER_TOKEN
+        ids = tokenizer.encode(block[:limit], add_special_tokens=False)
+        if len(ids) > room or len(block) > limit:
             if room >= 48:  # a useful piece of the passage still fits; a sliver would only add noise
                 blocks.append(tokenizer.decode(ids[:room]) + " ...")
-                used += room
+                used += min(room, len(ids))
             break
         blocks.append(block)
         used += len(ids)

@@ -2,6 +2,7 @@
 search, then the hybrid search; one `SearchResult` with per-stage timings."""
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Protocol
@@ -43,8 +44,9 @@ class Retriever:
             timings.since(Stage.TOTAL, started)
             return SearchResult([], [], timings)
         t = time.perf_counter()
-        encoded = await self.encode(query, where.tenant)
-        terms = self._tokenizer(query)
+        # BM25 terms on a worker thread (jieba takes ~10 ms for a 4,000-character Chinese query) while it encodes
+        encoded, terms = await asyncio.gather(self.encode(query, where.tenant),
+                                              asyncio.to_thread(self._tokenizer, query))
         timings.since(Stage.ENCODE, t)
         hits = await self._searcher.search(targets, encoded.dense, encoded.tokens, terms, k or self._default_k,
                                            timings, late=late_interaction, mode=mode)

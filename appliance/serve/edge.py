@@ -14,29 +14,16 @@ from starlette.requests import Request
 
 from ..config import Settings
 from .admission import Gate
+from .bodies import Body, BodyParser, BodySpecs
 from .errors import ApiError
 from .metrics import Metrics
-from .schemas import ask_body, chat_body, ingest_body, search_body
 from .telemetry import Telemetry
-from .validation import NAME_PATTERN, Spec, parse_json, validate
+from .validation import NAME_PATTERN, Spec, validate
 
 if TYPE_CHECKING:
     from ..wiring import Services
 
 NAME = Spec("string", pattern=NAME_PATTERN, required=True)  # a tenant or partition named outside a body
-
-
-@dataclass(frozen=True, slots=True)
-class BodySpecs:
-    """The request bodies' specs, built once from the settings (limits such as max_body_bytes live in them)."""
-    ingest: Spec
-    search: Spec
-    ask: Spec
-    chat: Spec
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> "BodySpecs":
-        return cls(ingest_body(settings), search_body(settings), ask_body(settings), chat_body(settings))
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +35,7 @@ class Edge:
     metrics: Metrics
     telemetry: Telemetry
     gate: Gate
+    parser: BodyParser
 
 
 class Phase(StrEnum):
@@ -108,18 +96,17 @@ def name_param(request: Request, name: str) -> str | None:
     return None if value is None else validate(value, NAME, name)
 
 
-async def read_body(request: Request, spec: Spec) -> dict:
-    """The JSON body validated against `spec`, its tenant filled in from the API key when it names none."""
-    body = await _read_json(request, edge(request).settings.server.max_body_bytes)
-    if isinstance(body, dict) and request.state.tenant is not None and body.get("tenant") is None:
-        body["tenant"] = request.state.tenant
-    body = validate(body, spec)
-    if body.get("tenant") is not None:
-        body["tenant"] = tenant_of(request, body["tenant"])
-    return body
+async def read_body(request: Request, body: Body) -> dict:
+    """The JSON body validated against its spec (off the event loop), its tenant filled in from the API key when it
+    names none."""
+    raw = await _read_raw(request, body.max_bytes)
+    value = await edge(request).parser.parse(raw, body.spec, request.state.tenant)
+    if value.get("tenant") is not None:
+        value["tenant"] = tenant_of(request, value["tenant"])
+    return value
 
 
-async def _read_json(request: Request, limit: int) -> Any:
+async def _read_raw(request: Request, limit: int) -> bytes:
     """Stops reading at `limit` bytes, whatever Content-Length said (or whether it said anything)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -132,4 +119,4 @@ async def _read_json(request: Request, limit: int) -> Any:
         chunks.append(chunk)
     if not size:
         raise ApiError.bad_body("body is empty; a JSON object is expected")
-    return parse_json(b"".join(chunks))
+    return b"".join(chunks)

@@ -43,6 +43,15 @@ class ApiError(Exception):
         return cls(401, "unauthorized", message, headers={"WWW-Authenticate": "Bearer"})
 
     @classmethod
+    def too_many_values(cls, limit: int) -> "ApiError":
+        return cls(413, "too_many_values", f"body has more than {limit} JSON values (arrays, objects and items)")
+
+    @classmethod
+    def unsupported_media_type(cls, given: str) -> "ApiError":
+        return cls(415, "unsupported_media_type",
+                   f"send Content-Type: application/json (got {given[:60]!r})", "Content-Type")
+
+    @classmethod
     def forbidden(cls, message: str, field: str | None = None) -> "ApiError":
         return cls(403, "forbidden", message, field)
 

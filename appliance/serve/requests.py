@@ -1,8 +1,8 @@
 """Request bodies as typed objects, each built once from the dict `validate()` returns (defaults filled in,
 tenant already checked against the API key), so endpoints read fields by name and never index a dict.
 
-What the specs cannot say is checked here: unique document ids within a request, and that a chat has a user
-message with text to answer.
+What the specs cannot say is checked here: unique document ids within a request, that a chat has a user message
+with text to answer, and the bounds on its messages' text.
 """
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..answer import AskRequest
+from ..config import ServerSettings
 from ..ingest import DocumentInput
 from ..retrieve import PartitionFilter
 from .errors import ApiError
@@ -86,8 +87,8 @@ class ChatBody:
     partitions: tuple[str, ...] | None
 
     @classmethod
-    def parse(cls, body: dict[str, Any]) -> "ChatBody":
-        return cls(body["model"], last_user_message(body["messages"]), body["stream"],
+    def parse(cls, body: dict[str, Any], server: ServerSettings) -> "ChatBody":
+        return cls(body["model"], chat_question(body["messages"], server), body["stream"],
                    body["max_completion_tokens"] or body["max_tokens"], body["tenant"], _names(body["partitions"]))
 
     def ask(self, tenant: str, request_id: str) -> AskRequest:
@@ -95,18 +96,38 @@ class ChatBody:
                           max_tokens=self.max_tokens, task="cited", request_id=request_id)
 
 
-def last_user_message(messages: list[dict[str, Any]]) -> str:
+def chat_question(messages: list[dict[str, Any]], server: ServerSettings) -> str:
+    """The last user message's text, once every message's content is known to be text of bounded size (only the
+    last user message is answered, but every one is held in memory while the request lasts)."""
+    texts = [_message_text(m.get("content"), f"messages[{i}].content", server.max_chat_message_chars)
+             for i, m in enumerate(messages)]
+    total = sum(map(len, texts))
+    if total > server.max_chat_chars:
+        raise ApiError.invalid(f"messages have {total} characters together; at most {server.max_chat_chars}",
+                               "messages")
     for i in range(len(messages) - 1, -1, -1):
         if messages[i]["role"] != "user":
             continue
-        content = messages[i].get("content")
-        if isinstance(content, list):  # content parts: only text parts carry a question
-            content = " ".join(p["text"] for p in content
-                               if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str))
-        if not isinstance(content, str) or not content.strip():
+        if not texts[i].strip():
             raise ApiError.invalid("the last user message has no text", f"messages[{i}].content")
-        if len(content) > MAX_QUESTION_CHARS:
-            raise ApiError.invalid(f"must have at most {MAX_QUESTION_CHARS} characters, got {len(content)}",
+        if len(texts[i]) > MAX_QUESTION_CHARS:
+            raise ApiError.invalid(f"must have at most {MAX_QUESTION_CHARS} characters, got {len(texts[i])}",
                                    f"messages[{i}].content")
-        return content
+        return texts[i]
     raise ApiError.invalid("there is no user message to answer", "messages")
+
+
+def _message_text(content: Any, field: str, limit: int) -> str:
+    """A message's text: a string, or its text parts joined (other parts, such as images, carry none)."""
+    if content is None:  # an assistant message that only calls tools
+        return ""
+    if isinstance(content, list):
+        parts = [p for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        if any(not isinstance(p.get("text"), str) for p in parts):
+            raise ApiError.invalid("a text part's text must be a string", field)
+        content = " ".join(p["text"] for p in parts)
+    if not isinstance(content, str):
+        raise ApiError.invalid("must be a string or a list of content parts", field)
+    if len(content) > limit:
+        raise ApiError.invalid(f"must have at most {limit} characters, got {len(content)}", field)
+    return content

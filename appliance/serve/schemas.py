@@ -87,7 +87,9 @@ def ask_body(settings: Settings) -> Spec:
 def chat_body(settings: Settings) -> Spec:
     message = Spec("object", "A chat message; content is a string or a list of text parts.", extra=True, fields={
         "role": Spec("string", required=True, choices=("system", "user", "assistant", "tool", "developer")),
-        "content": Spec("any", "The message text."),
+        "content": Spec("any", f"The message text: at most server.max_chat_message_chars "
+                        f"({settings.server.max_chat_message_chars}) characters, all messages together "
+                        f"server.max_chat_chars ({settings.server.max_chat_chars})."),
     })
     return Spec("object", "OpenAI chat completion request; fields not listed are accepted and ignored.", extra=True,
                 fields={
@@ -118,17 +120,22 @@ ERRORS: dict[int, tuple[str, str, dict]] = {
                      "nested too deeply, or empty", {}),
     401: ("Unauthorized", "Missing or invalid API key (only where API keys are configured)",
           {"WWW-Authenticate": {"description": "Bearer", "required": True, "schema": {"type": "string"}}}),
-    403: ("Forbidden", "The request names a tenant other than its API key's", {}),
+    403: ("Forbidden", "The request names a tenant other than its API key's, or its Host or Origin is not one "
+                       "this server answers (loopback, server.host, server.allowed_hosts)", {}),
     404: ("NotFound", "No such item", {}),
     409: ("Conflict", "Conflicts with stored state", {}),
-    413: ("BodyTooLarge", "Body larger than server.max_body_bytes", {}),
+    413: ("BodyTooLarge", "Body larger than the route's limit (server.max_body_bytes for documents, "
+                          "max_query_body_bytes for search and ask, max_chat_body_bytes for chat), or with more "
+                          "than server.max_json_values values", {}),
+    415: ("UnsupportedMediaType", "The body is not sent as Content-Type: application/json", {}),
     422: ("Invalid", "A field is wrong; error.field names it", {}),
     429: ("RateLimited", "The tenant's request rate is over its limit", {"Retry-After": _RETRY_AFTER}),
     503: ("NotReady", "Warming up, boot failed, or overloaded", {"Retry-After": _RETRY_AFTER}),
 }
+ANY_ERRORS = (403,)  # any request: a Host or Origin that is not allowed
 V1_ERRORS = (401, 429, 503)  # any /v1/* request may meet these (admission, then readiness)
 TENANT_ERRORS = (403, 422)  # any request naming a tenant (a wrong name, or another than the API key's)
-BODY_ERRORS = (400, 413, 422)  # any request with a JSON body
+BODY_ERRORS = (400, 413, 415, 422)  # any request with a JSON body
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +158,7 @@ class Operation:
     event_schema: dict = field(default_factory=dict)  # text/event-stream: one event, as {event, data, id, retry}
     body: Spec | None = None
     params: tuple[Param, ...] = ()
-    errors: tuple[int, ...] = ()  # beyond V1_ERRORS, TENANT_ERRORS and BODY_ERRORS, which follow from the rest
+    errors: tuple[int, ...] = ()  # beyond ANY_, V1_, TENANT_ and BODY_ERRORS, which follow from the rest
     extra: dict = field(default_factory=dict)  # further responses: status -> response object
 
     @property
@@ -237,7 +244,8 @@ def openapi(settings: Settings) -> dict[str, Any]:
             media: {"schema": op.event_schema if media == "text/event-stream" else op.ok_schema}
             for media in op.ok_media}}}
         responses.update(op.extra)
-        codes = set(op.errors) | (set(V1_ERRORS) if op.v1 else set()) | (set(BODY_ERRORS) if op.body else set())
+        codes = set(op.errors) | set(ANY_ERRORS) | (set(V1_ERRORS) if op.v1 else set())
+        codes |= set(BODY_ERRORS) if op.body else set()
         codes |= (set(TENANT_ERRORS) if op.names_tenant else set()) | ({422} if op.params else set())
         for code in sorted(codes):
             responses[str(code)] = {"$ref": f"#/components/responses/{ERRORS[code][0]}"}

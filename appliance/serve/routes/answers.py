@@ -31,7 +31,7 @@ async def chat_completions(request: Request) -> Response:
     # and before the body is read, as a tenant named in the body would be)
     header = request.headers.get("x-tenant")
     header_tenant = tenant_of(request, header, "X-Tenant") if header is not None else None
-    body = ChatBody.parse(await read_body(request, edge(request).bodies.chat))
+    body = ChatBody.parse(await read_body(request, edge(request).bodies.chat), edge(request).settings.server)
     tenant = body.tenant or header_tenant or tenant_of(request, "default")
     req = body.ask(tenant, request.state.request_id)
     events = await primed(traced(answers.ask(req), request.state.record))

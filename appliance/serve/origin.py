@@ -1,0 +1,104 @@
+"""Requests from web pages: only JSON bodies, only known Host names, no cross-site Origin.
+
+Without API keys any client is any tenant, so a browser must not become a client: a page on another site can send
+a "simple" cross-site POST (text/plain or a form, no CORS preflight) that would ingest or delete documents, and
+with DNS rebinding (its own name resolving to 127.0.0.1) it can read every answer, since the browser then treats
+the server as the page's own origin. Refused here before any body is read: a POST to a JSON route without
+`Content-Type: application/json` (415), a Host that is neither loopback, nor `server.host`, nor listed in
+`server.allowed_hosts`, and an `Origin` whose host is not one of those (403). Clients that are not browsers
+(curl, the openai client) send a matching Host and no Origin, and are unaffected.
+"""
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Sequence
+from urllib.parse import urlsplit
+
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.routing import BaseRoute, Match, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..config import ServerSettings
+from .errors import ApiError
+
+_WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})  # a bind address that is every interface names no host
+
+
+class HostPolicy:
+    """Which host names a request may be addressed to, and a page may come from."""
+
+    def __init__(self, server: ServerSettings):
+        names = {host_name(h) for h in server.allowed_hosts}
+        if server.host not in _WILDCARD_BINDS:  # bound to one address: clients use that one
+            names.add(host_name(server.host))
+        self.names = frozenset(names - {""})
+
+    def allows(self, name: str) -> bool:
+        return name == "localhost" or name in self.names or _is_loopback_ip(name)
+
+
+def host_name(value: str) -> str:
+    """The host part of a Host header or host setting, lower-case, without port, brackets or a final dot."""
+    value = value.strip().lower()
+    if value.startswith("["):  # [::1]:8080
+        return value[1:value.find("]")] if "]" in value else ""
+    if value.count(":") == 1:
+        value = value.split(":", 1)[0]
+    return value.rstrip(".")
+
+
+def _is_loopback_ip(name: str) -> bool:
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+class OriginCheck:
+    """ASGI middleware: Host and Origin on every HTTP request, Content-Type on the POST routes in `routes` (each
+    takes a JSON body). `on_reject(reason, endpoint)` counts refusals as admission's are counted."""
+
+    def __init__(self, app: ASGIApp, policy: HostPolicy, routes: Sequence[BaseRoute],
+                 on_reject: Callable[[str, str], None]):
+        self.app, self.policy, self.on_reject = app, policy, on_reject
+        self.json_routes = [r for r in routes if isinstance(r, Route) and "POST" in (r.methods or ())]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        error = self._check(scope)
+        if error is None:
+            await self.app(scope, receive, send)
+            return
+        record = scope.get("state", {}).get("record")  # set by admission on /v1/ paths
+        self.on_reject("foreign_origin" if error.status == 403 else "invalid",
+                       record.endpoint if record is not None else "other")
+        await JSONResponse(error.body(), status_code=error.status)(scope, receive, send)
+
+    def _check(self, scope: Scope) -> ApiError | None:
+        headers = Headers(scope=scope)
+        host = headers.get("host")
+        if host is not None and not self.policy.allows(host_name(host)):
+            return ApiError.forbidden(f"Host {host[:100]!r} is not served here; add it to server.allowed_hosts",
+                                      "Host")
+        origin = headers.get("origin")
+        if origin is not None and not self.policy.allows(_origin_host(origin)):
+            return ApiError.forbidden(f"requests from web pages at {origin[:100]!r} are refused", "Origin")
+        if scope["method"] == "POST" and self._json_route(scope):
+            given = headers.get("content-type", "")
+            if given.split(";", 1)[0].strip().lower() != "application/json":
+                return ApiError.unsupported_media_type(given)
+        return None
+
+    def _json_route(self, scope: Scope) -> bool:
+        return any(route.matches(scope)[0] is Match.FULL for route in self.json_routes)
+
+
+def _origin_host(origin: str) -> str:
+    """An Origin's host ("" for "null", sent by sandboxed and file: pages, which no allowed host matches)."""
+    try:
+        return (urlsplit(origin.strip()).hostname or "").rstrip(".")
+    except ValueError:
+        return ""

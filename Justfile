@@ -45,6 +45,11 @@ bench-serving: setup
     {{py}} -m pip install --quiet -e ".[{{extras}},bench]"
     {{py}} bench/serving.py
 
+# Soak: the real server for 30 minutes while a normal app ingests, searches and asks and a hostile tenant attacks;
+# fds, memory, latency and every answer over time; writes bench/results/soak.md.
+bench-soak: setup
+    {{py}} bench/soak.py
+
 # Measure retrieval quality on a BEIR folder, e.g. `just eval ../shared/data/beir_scifact`.
 eval data: setup
     {{py}} -m appliance eval retrieval --data {{data}}

@@ -1,20 +1,17 @@
 """Our appliance: quality per retrieval mode, single-query latency, and throughput in-process and over HTTP."""
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import httpx
-
 from appliance.evaluate import EVAL_TENANT, BeirData, score_queries
 from appliance.retrieve import PartitionFilter
+
+from server_process import free_port, stop, wait_ready
 
 from .data import REPO
 from .kit import BenchApp
@@ -69,17 +66,11 @@ async def inprocess_throughput(app: BenchApp, queries: list[str], clients: int, 
     return result
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Server:
     """The real server (`python -m appliance serve`) in a child process on a free loopback port."""
 
     def __init__(self, data_dir: Path, encoder: str):
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "APPLIANCE_DATA_DIR": str(data_dir), "APPLIANCE_MODELS_DIR": str(REPO / "models"),
                     "APPLIANCE_DEMO_CORPUS": "false", "APPLIANCE_ENCODER_MODEL": encoder,
@@ -89,34 +80,15 @@ class Server:
         self.boot_s: float | None = None
 
     async def __aenter__(self) -> "Server":
-        started = time.perf_counter()
         with self.log_path.open("wb") as log:  # the child keeps its own handle
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "appliance", "serve", "--host", "127.0.0.1", "--port", str(self.port)],
                 cwd=REPO, env=self.env, stdout=subprocess.DEVNULL, stderr=log)
-        async with httpx.AsyncClient(timeout=2) as client:
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"server exited: {self.log_path.read_text(errors='replace')[-2000:]}")
-                try:
-                    if (await client.get(self.url + "/readyz")).status_code == 200:
-                        self.boot_s = round(time.perf_counter() - started, 1)
-                        return self
-                except httpx.HTTPError:
-                    pass
-                await asyncio.sleep(0.2)
-        await self.__aexit__()
-        raise TimeoutError("server did not become ready in 300 s")
+        self.boot_s = await wait_ready(self.proc, self.url, self.log_path, 300)
+        return self
 
     async def __aexit__(self, *exc) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.to_thread(self.proc.wait, 30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        await stop(self.proc)
 
 
 async def http_throughput(data_dir: Path, encoder: str, queries: list[str], clients: int) -> dict:

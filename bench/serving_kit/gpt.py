@@ -127,10 +127,11 @@ def _judge(pairs, answers: list) -> tuple[int, int]:
 def breakdown(pairs, found: list) -> dict:
     from appliance.text import question_key
 
-    on_dup = sum(1 for p, f in zip(pairs, found) if f is not None and p.label == 1 and normalise(f) != normalise(p.a))
+    on_dup = sum(1 for p, f in zip(pairs, found)
+                 if f is not None and p.label == 1 and question_key(f) != question_key(p.a))
     on_non = sum(1 for p, f in zip(pairs, found) if f is not None and p.label == 0)
-    same = sum(1 for p, f in zip(pairs, found) if f is not None and normalise(f) == normalise(p.b)
-               and not (p.label == 1 and normalise(f) == normalise(p.a)))
+    same = sum(1 for p, f in zip(pairs, found) if f is not None and question_key(f) == question_key(p.b)
+               and not (p.label == 1 and question_key(f) == question_key(p.a)))
     return {"wrong_on_duplicates": on_dup, "wrong_on_non_duplicates": on_non, "wrong_same_text": same}
 
 

@@ -1,0 +1,1 @@
+"""Parts of bench/soak.py: the server it runs, what it records, the attacks, the report."""

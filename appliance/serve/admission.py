@@ -171,8 +171,7 @@ class Admission:
         gate = self.gate
         if gate.keys is not None:
             auth = headers.get("authorization", "")
-            scheme, _, key = auth.partition(" ")
-            record.tenant = gate.keys.tenant_for(key.strip()) if scheme.lower() == "bearer" else None
+            record.tenant = gate.keys.tenant_for_header(auth)
             if record.tenant is None:
                 message = "invalid API key" if auth else "missing API key: send Authorization: Bearer <key>"
                 return Refusal("unauthorized", 401, message, {"WWW-Authenticate": "Bearer"}), ""

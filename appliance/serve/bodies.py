@@ -41,7 +41,7 @@ class BodySpecs:
 
 
 class BodyParser:
-    """Parses and validates bodies on its own threads (created on first use, stopped by `close`)."""
+    """Parses and validates bodies on its own threads (stopped by `close`)."""
 
     def __init__(self, server: ServerSettings):
         self.max_values = server.max_json_values

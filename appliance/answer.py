@@ -52,6 +52,14 @@ class Source:
     source: str
     text: str
     score: float
+    file: str = ""  # the file the passage was parsed from, with where in it
+    page: int | None = None
+    page_end: int | None = None
+    section: tuple[str, ...] = ()
+
+    @property
+    def citation(self) -> str:
+        return citation(self.file, self.page, self.page_end, self.section)
 
 
 @dataclass(slots=True)
@@ -155,7 +163,7 @@ class Answerer:
         budget = max(0, min(engine.limits.context_tokens, engine.limits.max_model_len - max_tokens - 400))
         # tokenising the passages (each cut to what the budget can hold) is CPU work: off the event loop
         prompt = await asyncio.to_thread(build_prompt, engine.tokenizer, req.task, self.generate.concise,
-                                         [Passage(h.chunk.title, h.chunk.text) for h in result.hits], req.question,
+                                         _passages(result.hits), req.question,
                                          budget)
         timings.since(Stage.PROMPT, t)
         t = time.perf_counter()
@@ -214,8 +222,24 @@ class Answerer:
 
 
 def sources_of(hits: list[Hit]) -> list[Source]:
-    return [Source(n, h.chunk.doc_key, h.chunk.chunk_id, h.partition, h.chunk.title, h.chunk.source, h.chunk.text,
-                   h.score) for n, h in enumerate(hits, 1)]
+    return [Source(n, c.doc_key, c.chunk_id, h.partition, c.title, c.source, c.text, h.score, c.file, c.page,
+                   c.page_end, c.section) for n, h in enumerate(hits, 1) if (c := h.chunk)]
+
+
+def _passages(hits: list[Hit]) -> list[Passage]:
+    return [Passage(c.title, c.text, citation(c.file, c.page, c.page_end, c.section)) for h in hits
+            if (c := h.chunk)]
+
+
+def citation(file: str, page: int | None, page_end: int | None, section: tuple[str, ...]) -> str:
+    """Where a passage is, as a person cites it: "report.pdf, p. 12, Methods > Sampling"; "" for a text
+    document."""
+    parts = [file] if file else []
+    if page is not None:
+        parts.append(f"pp. {page}-{page_end}" if page_end and page_end != page else f"p. {page}")
+    if section:
+        parts.append(" > ".join(section))
+    return ", ".join(parts)
 
 
 def retrieval_only(hits: list[Hit], reason: str) -> str:

@@ -66,10 +66,13 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_document_commands(commands) -> None:
-    ingest = commands.add_parser("ingest", help="store and index .txt/.md files or a BEIR corpus.jsonl")
+    ingest = commands.add_parser("ingest", help="store and index files (PDF, DOCX, PPTX, HTML, Markdown, text) "
+                                 "and folders of them, or a BEIR corpus.jsonl")
     ingest.add_argument("--tenant", required=True)
     ingest.add_argument("--partition", required=True)
     ingest.add_argument("--kind", help="document type of a new partition (default: default)")
+    ingest.add_argument("--sync", action="store_true", help="mirror one folder into the partition: new and changed "
+                        "files ingested, unchanged skipped, files gone from the folder deleted")
     ingest.add_argument("paths", nargs="+", type=Path)
     _add_key(ingest)
     ingest.set_defaults(run=_ingest)
@@ -92,9 +95,12 @@ def _add_document_commands(commands) -> None:
     _add_key(ask)
     ask.set_defaults(run=_ask)
 
-    reindex = commands.add_parser("reindex", help="rebuild indexes from the store (re-encodes every chunk)")
+    reindex = commands.add_parser("reindex", help="parse again the kept files an older parser read, then rebuild "
+                                  "indexes from the store (re-encodes every chunk)")
     reindex.add_argument("--tenant")
     reindex.add_argument("--partition")
+    reindex.add_argument("--reparse", action="store_true", help="parse every kept file again, not only those an "
+                         "older parser read")
     reindex.set_defaults(run=_reindex)
 
 
@@ -158,38 +164,51 @@ def _serve(settings: Settings, args) -> None:
 def _ingest(settings: Settings, args) -> None:
     from tqdm import tqdm
 
-    docs = list(_read_documents(args.paths))
-    if not docs:
-        sys.exit("no documents found (expected .txt, .md or corpus.jsonl files)")
-    bar = tqdm(total=len(docs), unit="doc", desc=f"{args.tenant}/{args.partition}")
-    counts: dict[str, int] = {}
+    from .cli_ingest import Line, check_sync_args, ingest_local, ingest_remote, local_files, summary
+
+    check_sync_args(args)
+    files, corpora = local_files(args.paths)
+    docs = list(_read_corpora(corpora))
+    if not files and not docs:
+        sys.exit("no files found")
+    bar = tqdm(total=len(files) + len(docs), unit="file", desc=f"{args.tenant}/{args.partition}")
+    lines: list[Line] = []
     server = _connect(settings, args)
     if server:
         with server:
-            for start in range(0, len(docs), BATCH):
-                part = docs[start:start + BATCH]
-                last = start + BATCH >= len(docs)
-                reply = server.post("/v1/documents", {
-                    "tenant": args.tenant, "partition": args.partition, "wait": last,
-                    **({"kind": args.kind} if args.kind else {}),
-                    "documents": [{k: v for k, v in vars_of(d).items() if v is not None} for d in part],
-                })
-                for d in reply["documents"]:
-                    counts[d["status"]] = counts.get(d["status"], 0) + 1
-                bar.update(len(part))
+            lines += ingest_remote(server, args, files, bar)
+            lines += _post_documents(server, args, docs, bar)
     else:
         async def local() -> None:
             async with _opened(settings) as services:
+                lines.extend(await ingest_local(services, args, files, bar))
                 for start in range(0, len(docs), BATCH):
                     part = docs[start:start + BATCH]
                     result = await services.library.ingest(args.tenant, args.partition, part, args.kind,
                                                            wait=start + BATCH >= len(docs))
-                    for d in result.documents:
-                        counts[d.status] = counts.get(d.status, 0) + 1
+                    lines.extend(Line(d.status, d.key) for d in result.documents)
                     bar.update(len(part))
         asyncio.run(local())
     bar.close()
-    print(", ".join(f"{n} {status}" for status, n in sorted(counts.items())))
+    print(summary(lines))
+    if any(line.status == "error" for line in lines):
+        sys.exit(1)
+
+
+def _post_documents(server: ApplianceClient, args, docs: list, bar) -> list:
+    from .cli_ingest import Line
+
+    lines = []
+    for start in range(0, len(docs), BATCH):
+        part = docs[start:start + BATCH]
+        reply = server.post("/v1/documents", {
+            "tenant": args.tenant, "partition": args.partition, "wait": start + BATCH >= len(docs),
+            **({"kind": args.kind} if args.kind else {}),
+            "documents": [{k: v for k, v in vars_of(d).items() if v is not None} for d in part],
+        })
+        lines += [Line(d["status"], d["id"]) for d in reply["documents"]]
+        bar.update(len(part))
+    return lines
 
 
 def _search(settings: Settings, args) -> None:
@@ -255,6 +274,10 @@ def _print_answer_event(event: str, data: dict) -> None:
 def _reindex(settings: Settings, args) -> None:
     async def run() -> None:
         async with _opened(settings) as services:
+            for parsed in await services.files.reparse(args.tenant, args.partition, force=args.reparse):
+                failed = [f for f in parsed.files if f.error is not None]
+                print(f"{parsed.tenant}/{parsed.partition}: {len(parsed.files)} files parsed again"
+                      + (f", {len(failed)} failed (their documents are kept as they were)" if failed else ""))
             for r in await services.library.reindex(args.tenant, args.partition):
                 print(f"{r.tenant}/{r.partition}: indexed at version {r.indexed_version}")
     asyncio.run(run())
@@ -317,20 +340,11 @@ def _opened(settings: Settings):
     return open_services(settings, warm_up=False, generation=False)
 
 
-def _read_documents(paths: list[Path]):
+def _read_corpora(paths: list[Path]):
     from .evaluate import beir_documents, read_jsonl
-    from .ingest import DocumentInput
-    from .text import markdown_title
 
     for path in paths:
-        files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-        for f in files:
-            if f.suffix == ".jsonl":
-                yield from beir_documents(list(read_jsonl(f)))
-            elif f.suffix in (".txt", ".md"):
-                text = f.read_text(encoding="utf-8", errors="replace")
-                title = markdown_title(text, f.stem) if f.suffix == ".md" else f.stem
-                yield DocumentInput(id=str(f), title=title, text=text, source=str(f.resolve()))
+        yield from beir_documents(list(read_jsonl(path)))
 
 
 def vars_of(doc) -> dict[str, Any]:  # an ingest.DocumentInput

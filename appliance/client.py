@@ -45,6 +45,19 @@ class ApplianceClient:
     def post(self, path: str, body: dict[str, Any]) -> Any:
         return self._json("POST", path, json=body)
 
+    def upload(self, path: str, fields: dict[str, str], files: list[tuple[str, bytes]]) -> Any:
+        """POST a multipart body: `fields` and one `file` part per (name, bytes). A reply that answers per file
+        (every file refused, say) is returned as it is, not raised."""
+        parts = [("file", (name, data, "application/octet-stream")) for name, data in files]
+        try:
+            reply = self._http.post(path, data=fields, files=parts)
+        except httpx.TransportError as exc:
+            raise ServerUnreachable(f"cannot reach {self.base_url}: {exc}") from exc
+        if reply.is_error and "files" in _json_or_empty(reply):
+            return reply.json()
+        _check(reply)
+        return reply.json()
+
     def delete(self, path: str, params: dict[str, Any] | None = None) -> Any:
         return self._json("DELETE", path, params=params)
 
@@ -76,6 +89,14 @@ class ApplianceClient:
             raise ServerUnreachable(f"cannot reach {self.base_url}: {exc}") from exc
         _check(reply)
         return reply.json()
+
+
+def _json_or_empty(reply: httpx.Response) -> dict:
+    try:
+        body = reply.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
 
 
 def _check(reply: httpx.Response) -> None:

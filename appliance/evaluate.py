@@ -18,6 +18,7 @@ from typing import Iterator
 import numpy as np
 
 from .config import Settings
+from .file_ingest import FileInput
 from .ingest import DocumentInput
 from .retrieve import PartitionFilter, Retriever
 from .wiring import open_services
@@ -103,15 +104,38 @@ async def score_queries(retriever: Retriever, data: BeirData, mode: str = "hybri
 
 async def evaluate_retrieval(settings: Settings, folder: Path, split: str = "test", mode: str = "hybrid",
                              late_interaction: bool | None = None, progress=None) -> dict[str, float]:
-    """Ingest the folder's corpus into a fresh temporary store, then score its judged queries."""
+    """Ingest the folder's corpus into a fresh temporary store, then score its judged queries. A folder with
+    `files/` is ingested through the parsers (a file's stem is its document id; `corpus.jsonl` is then only the
+    reference text); the report then says how many files failed to parse."""
     data = load_beir(folder, split)
+    files = sorted(p for p in (Path(folder) / "files").glob("*") if p.is_file())
     with tempfile.TemporaryDirectory(prefix="appliance-eval-") as tmp:
         fresh = replace(settings, data_dir=Path(tmp), demo_corpus=False)
         async with open_services(fresh, warm_up=False, generation=False) as services:
-            docs = beir_documents(data.corpus)
-            for start in range(0, len(docs), 256):
-                await services.library.ingest(EVAL_TENANT, EVAL_PARTITION, docs[start:start + 256], wait=False)
-                if progress:
-                    progress(min(start + 256, len(docs)), len(docs))
+            failed = await (_ingest_files(services, files, progress) if files
+                            else _ingest_corpus(services, data, progress))
             await services.library.ingest(EVAL_TENANT, EVAL_PARTITION, [], wait=True)
-            return await score_queries(services.retriever, data, mode, late_interaction)
+            report = await score_queries(services.retriever, data, mode, late_interaction)
+            if files:
+                report.update(files=len(files), files_failed=failed)
+            return report
+
+
+async def _ingest_corpus(services, data: BeirData, progress) -> int:
+    docs = beir_documents(data.corpus)
+    for start in range(0, len(docs), 256):
+        await services.library.ingest(EVAL_TENANT, EVAL_PARTITION, docs[start:start + 256], wait=False)
+        if progress:
+            progress(min(start + 256, len(docs)), len(docs))
+    return 0
+
+
+async def _ingest_files(services, files: list[Path], progress, batch: int = 32) -> int:
+    failed = 0
+    for start in range(0, len(files), batch):
+        part = [FileInput(p.name, p.read_bytes(), id=p.stem) for p in files[start:start + batch]]
+        result = await services.files.ingest(EVAL_TENANT, EVAL_PARTITION, part, wait=False)
+        failed += sum(f.error is not None for f in result.files)
+        if progress:
+            progress(min(start + batch, len(files)), len(files))
+    return failed

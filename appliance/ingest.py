@@ -130,9 +130,10 @@ class PartitionIndexer:
             if tokens is not None and encoded.tokens is not None:
                 for i, vectors in zip(part, encoded.tokens):
                     tokens[i] = vectors
-        docs = [{"key": r.doc_key, "title": r.title, "source": r.source, "metadata": r.metadata} for r in rows]
+        docs = [{"key": r.doc_key, "title": r.title, "source": r.source, "metadata": r.metadata, "file": r.file}
+                for r in rows]
         return NewChunks(
             chunk_ids=np.asarray([r.id for r in rows], np.int64), ordinals=np.asarray([r.ordinal for r in rows],
                                                                                       np.int32),
-            texts=texts, docs=docs, dense=dense, tokens=tokens,
+            texts=texts, docs=docs, dense=dense, tokens=tokens, places=[r.place for r in rows],
         )

@@ -17,7 +17,7 @@ from .encode import MicroBatcher
 from .index import PartitionSnapshot
 from .ingest import DocumentInput, PartitionIndexer, prepare_documents
 from .retrieve import PartitionFilter, Target, select_partitions
-from .store import DocumentStatus, NewDocument, Partition, Store
+from .store import BlobStore, DocumentStatus, FileDocument, NewDocument, Partition, Store
 from .text import BM25Tokenizer
 
 log = logging.getLogger("appliance")
@@ -63,8 +63,9 @@ class PartitionInfo:
 class Library:
     def __init__(self, store: Store, batcher: MicroBatcher, tokenizer: BM25Tokenizer, index_dir: Path,
                  index: IndexSettings, chunking: ChunkSettings, ingest_batch: int,
-                 quota: QuotaSettings = QuotaSettings()):
+                 quota: QuotaSettings = QuotaSettings(), blobs: BlobStore | None = None):
         self.store, self.batcher, self.tokenizer = store, batcher, tokenizer
+        self.blobs = blobs or BlobStore(index_dir.parent / "files")
         self._index_dir, self._index_params = index_dir, index
         self._chunking, self._ingest_batch = chunking, ingest_batch
         self._quota = quota
@@ -104,12 +105,28 @@ class Library:
         existing partition is refused rather than silently ignored.
         """
         prepared = await asyncio.to_thread(prepare_documents, docs, self._chunking)
+        return await self.write(tenant, partition, prepared, kind, wait, wait_timeout_s)
+
+    async def write(self, tenant: str, partition: str, prepared: list[NewDocument], kind: str | None = None,
+                    wait: bool = True, wait_timeout_s: float | None = None,
+                    files: dict[str, bytes] | None = None) -> IngestResult:
+        """Store prepared documents (with the original bytes of those that came from files, by sha256), then
+        index them as `ingest` does. A file no document refers to any more (replaced) is removed."""
         async with self._admit_lock:
             record = await asyncio.to_thread(self._admit, tenant, partition, kind, prepared)
+            replaced = await asyncio.to_thread(self.store.file_documents, record.id, [d.key for d in prepared])
+            for sha256, data in (files or {}).items():
+                await asyncio.to_thread(self.blobs.put, data, sha256)
             written = await asyncio.to_thread(self.store.upsert_documents, record.id, prepared)
+            await asyncio.to_thread(self._discard_files, [d.file.sha256 for d in replaced])
         indexer = self._refresh_record(record.id)
         indexed, error = await self._index(indexer, written.version, wait, wait_timeout_s)
         return IngestResult(tenant, partition, written.version, indexed, written.documents, error)
+
+    def _discard_files(self, sha256s: list[str]) -> None:
+        for sha256 in set(sha256s):
+            if not self.store.file_referenced(sha256):
+                self.blobs.discard(sha256)
 
     async def delete(self, tenant: str, key: str, partition: str | None = None, wait: bool = True,
                      wait_timeout_s: float | None = None) -> list[IngestResult]:
@@ -117,7 +134,10 @@ class Library:
         for record in await asyncio.to_thread(self.store.document_keys, tenant, key):
             if partition is not None and record.name != partition:
                 continue
-            written = await asyncio.to_thread(self.store.delete_documents, record.id, [key])
+            async with self._admit_lock:
+                files = await asyncio.to_thread(self.store.file_documents, record.id, [key])
+                written = await asyncio.to_thread(self.store.delete_documents, record.id, [key])
+                await asyncio.to_thread(self._discard_files, [d.file.sha256 for d in files])
             indexer = self._refresh_record(record.id)
             indexed, error = await self._index(indexer, written.version, wait, wait_timeout_s)
             results.append(IngestResult(tenant, record.name, written.version, indexed, written.documents, error))
@@ -194,6 +214,13 @@ class Library:
                 chunks = indexer.snapshot.size if indexer.snapshot is not None else 0
                 out.append(PartitionInfo(p.tenant, p.name, p.kind, p.version, indexer.indexed_version, chunks))
         return out
+
+    def list_documents(self, tenant: str, partition: str, after: str = "",
+                       limit: int = 100) -> list[FileDocument] | None:
+        """A page of the partition's documents in id order; None when there is no such partition (a store read:
+        call from a worker thread)."""
+        record = self.store.get_partition(tenant, partition)
+        return None if record is None else self.store.list_documents(record.id, after, limit)
 
     def targets(self, where: PartitionFilter) -> list[Target]:
         """The searchable snapshots of the partitions a request may search, as they are now."""

@@ -24,14 +24,16 @@ import threadpoolctl
 from .answer import Answerer, AskRequest, Event
 from .cache import CacheAdmin, EmbeddingCache, ExactCache, SemanticCache, SemanticParams, SingleFlight
 from .cached_answers import CachedAnswerer
-from .config import Settings
+from .config import ParseSettings, Settings
 from .encode import MicroBatcher, load_encoder
 from .generate import EngineSet, Router, build_vllm_engines, warm_up_prompts
 from .ingest import DocumentInput
+from .file_ingest import FileIngester
 from .library import Library, QuotaExceeded
+from .parse import ParseLimits, ParserPool
 from .paths import model_folder
 from .retrieve import HybridSearcher, PartitionFilter, Retriever
-from .store import Store
+from .store import BlobStore, Store
 from .text import BM25Tokenizer, markdown_title
 from .timings import ms_since
 
@@ -60,6 +62,7 @@ class BootReport:
 class Services:
     settings: Settings
     library: Library
+    files: FileIngester
     retriever: Retriever
     answers: Answers
     engines: EngineSet  # empty when generation is off
@@ -88,8 +91,11 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
         stack.callback(store.close)
         tokenizer = BM25Tokenizer()
         library = Library(store, batcher, tokenizer, s.index_dir, s.index, s.chunking, s.encoder.ingest_batch,
-                          s.quota)
+                          s.quota, BlobStore(s.files_dir))
         await library.open()
+        parser = ParserPool(s.parse.workers, s.parse.timeout_s, s.parse.max_memory_mib, parse_limits(s.parse))
+        stack.push_async_callback(parser.close)
+        files = FileIngester(library, parser, s.chunking, s.parse.max_file_bytes)
         if s.demo_corpus and not store.partitions():
             await _ingest_samples(library)
         executor = ThreadPoolExecutor(s.retrieve.search_threads, thread_name_prefix="search")
@@ -110,7 +116,12 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
         warm = await _warm_up(s, retriever, library, engines) if warm_up else {}
         boot = BootReport(ms_since(started), warm)
         log.info("ready in %.0f ms: %d partitions", boot.boot_ms, len(library.partitions()))
-        yield Services(s, library, retriever, answers, engines, CacheAdmin(semantic), boot)
+        yield Services(s, library, files, retriever, answers, engines, CacheAdmin(semantic), boot)
+
+
+def parse_limits(settings: ParseSettings) -> ParseLimits:
+    return ParseLimits(max_unpacked_bytes=settings.max_unpacked_bytes, max_parts=settings.max_parts,
+                       max_pages=settings.max_pages)
 
 
 @contextlib.contextmanager

@@ -57,7 +57,7 @@ def test_ingest_search_reindex_locally(tmp_path, models_dir):
     assert again.returncode == 0 and again.stdout.strip().endswith("2 unchanged")
 
     rebuilt = cli("reindex", data_dir=data, models_dir=models_dir, port=port)
-    assert rebuilt.returncode == 0 and "ops/manuals: indexed at version 1" in rebuilt.stdout
+    assert rebuilt.returncode == 0 and "ops/manuals: indexed at version 2" in rebuilt.stdout  # files, then the corpus
 
 
 def test_ingest_goes_through_a_running_server(tmp_path, models_dir):
@@ -89,7 +89,7 @@ def test_server_commands_send_the_api_key(tmp_path, models_dir):
         found = run("search", "--tenant", "acme", "lighthouse ships", key=keys["acme"])
         asked = run("ask", "--tenant", "acme", "who logged the ships?", key=keys["acme"])
         refused = run("search", "--tenant", "acme", "lighthouse ships")
-    assert ingested.returncode == 0 and ingested.stdout.strip() == "1 created", ingested.stderr
+    assert ingested.returncode == 0 and ingested.stdout.splitlines() == ["created   a.md  text, 1 chunks", "1 created"], ingested.stdout
     assert found.returncode == 0 and found.stdout.startswith(" 1. [p] ") and "a.md" in found.stdout, found.stderr
     assert asked.returncode == 0 and asked.stderr.splitlines()[-1] == "[1] a", asked.stderr
     answer, _, summary = asked.stdout.rpartition("\n-- ")
@@ -148,3 +148,39 @@ def test_keys_add_then_cache_list_and_delete_on_the_server(tmp_path, models_dir)
     assert listed.returncode == 0 and json.loads(listed.stdout) == {"tenant": "acme", "entries": []}, listed.stderr
     assert wrong.returncode != 0 and "401" in wrong.stderr
     assert missing.returncode != 0 and "404" in missing.stderr
+
+
+def test_ingest_sync_mirrors_a_folder_and_reports_each_file(tmp_path, models_dir):
+    from hostile_files import SCIFACT_FILES, scanned_pdf
+
+    folder = tmp_path / "share"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.md").write_text("# Pumps\n\nThe pump is serviced every March.\n")
+    (folder / "sub" / "b.txt").write_text("The boiler restarts itself after a power cut.")
+    pdf = next(SCIFACT_FILES.glob("*.pdf"))
+    (folder / "c.pdf").write_bytes(pdf.read_bytes())
+    (folder / ".hidden.txt").write_text("not ingested")
+    data, port = tmp_path / "state", free_port()
+
+    def sync() -> subprocess.CompletedProcess:
+        return cli("ingest", "--sync", "--tenant", "ops", "--partition", "share", str(folder), data_dir=data,
+                   models_dir=models_dir, port=port)
+
+    first = sync()
+    (folder / "a.md").write_text("# Pumps\n\nThe pump is serviced every October.\n")
+    (folder / "sub" / "b.txt").unlink()
+    (folder / "d.pdf").write_bytes(scanned_pdf())
+    second = sync()
+    found = cli("search", "--tenant", "ops", "--json", "--k", "10", "boiler power cut pump serviced", data_dir=data,
+                models_dir=models_dir, port=port)
+    lines = second.stdout.splitlines()
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.splitlines()[-1] == "3 created"
+    assert second.returncode == 1, "a file that failed makes the exit status 1"
+    assert lines[-1] == "1 deleted, 1 error, 1 unchanged, 1 updated"
+    assert any(line.startswith("updated   a.md") for line in lines)
+    assert any(line.startswith("deleted   sub/b.txt") for line in lines)
+    assert any(line.startswith("error     d.pdf  no_text_layer:") for line in lines)
+    ids = {h["document_id"] for h in json.loads(found.stdout)["results"]}
+    assert "sub/b.txt" not in ids and "a.md" in ids and ".hidden.txt" not in ids
+    assert any("October" in h["text"] for h in json.loads(found.stdout)["results"])

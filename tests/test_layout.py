@@ -12,12 +12,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "appliance"
 # cli, ...) sit above every stage; `serve` is above them and only the CLI imports it.
 LAYERS = {
     "config": 0, "timings": 0, "paths": 0,
-    "text": 1, "store": 1,
+    "text": 1, "store": 1, "parse": 1,
     "encode": 2, "index": 2,
     "cache": 3,
     "retrieve": 4,
     "generate": 5, "models": 5,
-    "serve": 8, "cli": 9, "cli_eval": 9, "__main__": 9,
+    "serve": 8, "cli": 9, "cli_eval": 9, "cli_ingest": 9, "__main__": 9,
 }
 ABOVE_STAGES = 7
 MAX_MODULE_LINES = 400

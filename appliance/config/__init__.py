@@ -3,9 +3,9 @@ validated there (`load.py`); the sections and their defaults are in `sections.py
 they need, never the environment."""
 from .load import ENV_PREFIX, ConfigError, load_settings
 from .sections import (ENGINE_ROLES, AdmissionSettings, CacheSettings, ChunkSettings, EncoderSettings,
-                       EngineSettings, GenerateSettings, IndexSettings, QuotaSettings, RetrieveSettings,
+                       EngineSettings, GenerateSettings, IndexSettings, ParseSettings, QuotaSettings, RetrieveSettings,
                        RouterSettings, ServerSettings, Settings, TelemetrySettings)
 
 __all__ = ["AdmissionSettings", "CacheSettings", "ChunkSettings", "ConfigError", "ENGINE_ROLES", "ENV_PREFIX",
-           "EncoderSettings", "EngineSettings", "GenerateSettings", "IndexSettings", "QuotaSettings", "RetrieveSettings",
+           "EncoderSettings", "EngineSettings", "GenerateSettings", "IndexSettings", "ParseSettings", "QuotaSettings", "RetrieveSettings",
            "RouterSettings", "ServerSettings", "Settings", "TelemetrySettings", "load_settings"]

@@ -45,7 +45,9 @@ _POSITIVE = {
     ("server", "port"), ("server", "max_body_bytes"), ("server", "max_documents_per_request"),
     ("server", "ingest_wait_timeout_s"), ("server", "max_query_body_bytes"), ("server", "max_chat_body_bytes"),
     ("server", "max_chat_message_chars"), ("server", "max_chat_chars"), ("server", "max_json_values"),
-    ("server", "json_workers"), ("encoder", "threads"), ("encoder", "max_batch"),
+    ("server", "json_workers"), ("parse", "workers"), ("parse", "timeout_s"), ("parse", "max_file_bytes"),
+    ("parse", "max_upload_bytes"), ("parse", "max_files_per_request"), ("parse", "max_unpacked_bytes"),
+    ("parse", "max_parts"), ("parse", "max_pages"), ("encoder", "threads"), ("encoder", "max_batch"),
     ("encoder", "queue_size"), ("encoder", "max_length"), ("encoder", "ingest_batch"),
     ("index", "connectivity"), ("index", "expansion_add"), ("index", "expansion_search"), ("index", "max_token_shards"),
     ("chunking", "max_words"), ("chunking", "max_chars_cjk"), ("chunking", "max_chars"), ("retrieve", "default_k"), ("retrieve", "max_k"),
@@ -186,6 +188,10 @@ def _validate(settings: Settings) -> list[str]:
         errors.append("cache.semantic_late_threshold: must be from 0 (off) to 1")
     if not 0 <= settings.cache.semantic_max_unknown <= 1:
         errors.append("cache.semantic_max_unknown: must be from 0 to 1")
+    if settings.parse.max_memory_mib < 0:
+        errors.append("parse.max_memory_mib: must be 0 (unlimited) or more")
+    if settings.parse.max_file_bytes > settings.parse.max_upload_bytes:
+        errors.append("parse.max_file_bytes: must not exceed parse.max_upload_bytes")
     for name in ("max_documents", "max_partitions", "max_text_bytes"):
         if getattr(settings.quota, name) < 0:
             errors.append(f"quota.{name}: must be 0 (unlimited) or more")

@@ -73,6 +73,21 @@ class ChunkSettings:
 
 
 @dataclass(slots=True, frozen=True)
+class ParseSettings:
+    """Files (PDF, Office, HTML, Markdown, text) are parsed in worker processes bounded in time and memory, so a
+    hostile file cannot hang or crash the server; what an Office file may unpack to is bounded (zip bombs)."""
+    workers: int = 2
+    timeout_s: float = 60.0  # one file; the worker is killed and replaced past it
+    max_memory_mib: int = 2048  # a worker's address space (RLIMIT_AS); 0 = unlimited
+    max_file_bytes: int = 64 * 1024 * 1024  # one file, as uploaded
+    max_upload_bytes: int = 256 * 1024 * 1024  # one POST /v1/files body, all its files together
+    max_files_per_request: int = 100
+    max_unpacked_bytes: int = 512 * 1024 * 1024  # what an Office file's parts add up to once unpacked
+    max_parts: int = 10_000  # parts in an Office file
+    max_pages: int = 5_000
+
+
+@dataclass(slots=True, frozen=True)
 class RetrieveSettings:
     default_k: int = 10
     max_k: int = 100
@@ -205,6 +220,7 @@ class Settings:
     encoder: EncoderSettings = field(default_factory=EncoderSettings)
     index: IndexSettings = field(default_factory=IndexSettings)
     chunking: ChunkSettings = field(default_factory=ChunkSettings)
+    parse: ParseSettings = field(default_factory=ParseSettings)
     retrieve: RetrieveSettings = field(default_factory=RetrieveSettings)
     generate: GenerateSettings = field(default_factory=GenerateSettings)
     small: EngineSettings = field(default_factory=_small_engine)
@@ -230,6 +246,11 @@ class Settings:
     @property
     def store_path(self) -> Path:
         return self.data_dir / "store.sqlite3"
+
+    @property
+    def files_dir(self) -> Path:
+        """Original bytes of ingested files, content-addressed (so a newer parser can read them again)."""
+        return self.data_dir / "files"
 
     @property
     def index_dir(self) -> Path:

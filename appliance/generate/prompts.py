@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PROMPT_VERSION = "p1"  # bump when any text below changes: cached answers are keyed by it
+PROMPT_VERSION = "p2"  # bump when any text below changes: cached answers are keyed by it
 
 _BASE = (
     "You are the answer service of an offline document appliance. You answer questions for the staff of the "
@@ -32,6 +32,7 @@ TASKS = tuple(SYSTEM_PREFIXES)
 class Passage:
     title: str
     text: str
+    citation: str = ""  # where it is in its file ("report.pdf, p. 12"), shown so the answer can say so
 
 
 @dataclass(slots=True, frozen=True)
@@ -69,7 +70,8 @@ def build_prompt(tokenizer, task: str, concise: bool, passages: list[Passage], q
                  budget_tokens: int) -> Prompt:
     blocks, used = [], 0
     for n, passage in enumerate(passages, 1):
-        block = f"[{n}] {passage.title}\n{passage.text.strip()}" if passage.title else f"[{n}] {passage.text}"
+        head = " ".join(part for part in (passage.title, f"({passage.citation})" if passage.citation else "") if part)
+        block = f"[{n}] {head}\n{passage.text.strip()}" if head else f"[{n}] {passage.text}"
         room = budget_tokens - used
         limit = max(room, 0) * MAX_CHARS_PER_TOKEN
         ids = tokenizer.encode(block[:limit], add_special_tokens=False)

@@ -23,6 +23,7 @@ import numpy as np
 from usearch.index import Index
 
 from ..config import IndexSettings
+from ..store import Place
 from .snapshot import CURRENT, FORMAT, PartitionSnapshot, current_version, quantize, shard_files
 
 _COMPACT_BELOW = 0.5  # rewrite token shards into one when less than half of their rows are still live
@@ -34,9 +35,10 @@ class NewChunks:
     chunk_ids: np.ndarray
     ordinals: np.ndarray
     texts: list[str]
-    docs: list[dict]  # per chunk: key, title, source, metadata
+    docs: list[dict]  # per chunk: key, title, source, metadata, file
     dense: np.ndarray  # (n, dim)
     tokens: list[np.ndarray] | None
+    places: list[Place] | None = None  # per chunk (page, section); None: none has one
 
     @classmethod
     def empty(cls, dim: int, with_tokens: bool) -> "NewChunks":
@@ -111,6 +113,7 @@ def _write_rows(tmp: Path, previous, old_rows, removed, added: NewChunks, order,
                         ("dense", dense)):
         _save(tmp / f"{file}.npy", array)
     _write_texts(tmp, texts)
+    _write_places(tmp, previous, old_rows, [added.places[i] for i in order] if added.places else [Place()] * len(order))
     (tmp / "docs.json").write_text(json.dumps(docs, ensure_ascii=False), encoding="utf-8")
     if len(chunk_ids):
         _build_hnsw(tmp / "hnsw.usearch", previous, removed, chunk_ids, dense, added, order, params, dim)
@@ -252,6 +255,21 @@ def _take(previous, field: str, rows: np.ndarray, dtype) -> np.ndarray:
     if previous is None or not previous.size:
         return np.zeros((0,), dtype)
     return np.asarray(getattr(previous, field)[rows]).astype(dtype)
+
+
+def _write_places(folder: Path, previous, old_rows, new_places: list[Place]) -> None:
+    """Pages as an (n, 2) int32 array (0 = none) and heading paths once each, with a per-row index (-1 = none):
+    a million rows cost 12 MB, not a million Python lists."""
+    paths = [previous.section(int(r)) for r in old_rows] if previous is not None else []
+    paths += [p.section for p in new_places]
+    unique: dict[tuple[str, ...], int] = {}
+    index = np.asarray([unique.setdefault(path, len(unique)) if path else -1 for path in paths], np.int32)
+    new_pages = np.asarray([[p.page or 0, p.page_end or 0] for p in new_places], np.int32).reshape(-1, 2)
+    pages = np.concatenate([_take(previous, "pages", old_rows, np.int32).reshape(-1, 2), new_pages])
+    _save(folder / "pages.npy", pages)
+    _save(folder / "section_index.npy", index)
+    (folder / "sections.json").write_text(json.dumps([list(path) for path in unique], ensure_ascii=False),
+                                          encoding="utf-8")
 
 
 def _write_texts(folder: Path, texts: list[str]) -> None:

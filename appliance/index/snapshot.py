@@ -16,7 +16,7 @@ import numpy as np
 from usearch.index import Index
 
 CURRENT = "CURRENT"
-FORMAT = 2  # bump on any change to the files below; a version of another format is rebuilt from the store
+FORMAT = 3  # bump on any change to the files below; a version of another format is rebuilt from the store
 
 
 class IndexFormatError(ValueError):
@@ -32,6 +32,10 @@ class ChunkInfo:
     source: str
     metadata: dict
     text: str
+    file: str = ""  # the file the document was parsed from
+    page: int | None = None
+    page_end: int | None = None
+    section: tuple[str, ...] = ()
 
 
 class PartitionSnapshot:
@@ -50,6 +54,9 @@ class PartitionSnapshot:
         self.text_offsets = np.load(self.folder / "text_offsets.npy", mmap_mode="r")
         self.dense = np.load(self.folder / "dense.npy", mmap_mode="r")
         self.docs: list[dict] = json.loads((self.folder / "docs.json").read_text(encoding="utf-8"))
+        self.pages = np.load(self.folder / "pages.npy", mmap_mode="r")
+        self.section_index = np.load(self.folder / "section_index.npy", mmap_mode="r")
+        self.sections = [tuple(p) for p in json.loads((self.folder / "sections.json").read_text(encoding="utf-8"))]
         self._texts = _map(self.folder / "texts.bin")
         self.size = int(len(self.chunk_ids))
         self.hnsw: Index | None = None
@@ -122,11 +129,17 @@ class PartitionSnapshot:
         start, end = int(self.text_offsets[row]), int(self.text_offsets[row + 1])
         return self._texts[start:end].decode("utf-8") if self._texts is not None else ""
 
+    def section(self, row: int) -> tuple[str, ...]:
+        slot = int(self.section_index[row])
+        return self.sections[slot] if slot >= 0 else ()
+
     def chunk(self, row: int) -> ChunkInfo:
         doc = self.docs[int(self.doc_index[row])]
+        page, page_end = (int(x) or None for x in self.pages[row])
         return ChunkInfo(
             chunk_id=int(self.chunk_ids[row]), doc_key=doc["key"], ordinal=int(self.ordinals[row]),
             title=doc["title"], source=doc["source"], metadata=doc["metadata"], text=self.text(row),
+            file=doc.get("file", ""), page=page, page_end=page_end, section=self.section(row),
         )
 
 

@@ -27,7 +27,7 @@ from .errors import EXCEPTION_HANDLERS
 from .keys import ApiKeys, reload_on_hangup
 from .metrics import Metrics
 from .origin import HostPolicy, OriginCheck
-from .routes import ROUTES
+from .routes import BODY_TYPES, ROUTES
 from .schemas import openapi
 from .telemetry import Telemetry
 from .watch import BodyPace
@@ -62,7 +62,7 @@ def create_app(settings: Settings, open_services: OpenServices = wiring.open_ser
     # Admission first: a refusal for a foreign Host or Origin still gets a request id and a request-log line
     middleware = [Middleware(Admission, gate=edge.gate, routes=ROUTES),
                   Middleware(OriginCheck, policy=HostPolicy(settings.server), routes=ROUTES,
-                             on_reject=edge.metrics.rejected)]
+                             on_reject=edge.metrics.rejected, body_types=BODY_TYPES)]
     app = Starlette(routes=ROUTES, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS, middleware=middleware)
     app.state.edge = edge
     app.state.boot = BootState(Phase.STARTING)

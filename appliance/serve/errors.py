@@ -47,9 +47,9 @@ class ApiError(Exception):
         return cls(413, "too_many_values", f"body has more than {limit} JSON values (arrays, objects and items)")
 
     @classmethod
-    def unsupported_media_type(cls, given: str) -> "ApiError":
-        return cls(415, "unsupported_media_type",
-                   f"send Content-Type: application/json (got {given[:60]!r})", "Content-Type")
+    def unsupported_media_type(cls, given: str, expected: str = "application/json") -> "ApiError":
+        return cls(415, "unsupported_media_type", f"send Content-Type: {expected} (got {given[:60]!r})",
+                   "Content-Type")
 
     @classmethod
     def forbidden(cls, message: str, field: str | None = None) -> "ApiError":

@@ -6,12 +6,14 @@ with DNS rebinding (its own name resolving to 127.0.0.1) it can read every answe
 the server as the page's own origin. Refused here before any body is read: a POST to a JSON route without
 `Content-Type: application/json` (415), a Host that is neither loopback, nor `server.host`, nor listed in
 `server.allowed_hosts`, and an `Origin` whose host is not one of those (403). Clients that are not browsers
-(curl, the openai client) send a matching Host and no Origin, and are unaffected.
+(curl, the openai client) send a matching Host and no Origin, and are unaffected. POST /v1/files takes
+multipart/form-data, which a page's form can send without a preflight: browsers send `Origin` with every
+cross-site POST, so such a form is refused by the Origin check.
 """
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
@@ -60,9 +62,11 @@ class OriginCheck:
     takes a JSON body). `on_reject(reason, endpoint)` counts refusals as admission's are counted."""
 
     def __init__(self, app: ASGIApp, policy: HostPolicy, routes: Sequence[BaseRoute],
-                 on_reject: Callable[[str, str], None]):
+                 on_reject: Callable[[str, str], None], body_types: Mapping[str, str] | None = None):
         self.app, self.policy, self.on_reject = app, policy, on_reject
-        self.json_routes = [r for r in routes if isinstance(r, Route) and "POST" in (r.methods or ())]
+        types = body_types or {}
+        self.post_routes = [(r, types.get(r.name, "application/json")) for r in routes
+                            if isinstance(r, Route) and "POST" in (r.methods or ())]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -86,14 +90,15 @@ class OriginCheck:
         origin = headers.get("origin")
         if origin is not None and not self.policy.allows(_origin_host(origin)):
             return ApiError.forbidden(f"requests from web pages at {origin[:100]!r} are refused", "Origin")
-        if scope["method"] == "POST" and self._json_route(scope):
+        expected = self._body_type(scope) if scope["method"] == "POST" else None
+        if expected is not None:
             given = headers.get("content-type", "")
-            if given.split(";", 1)[0].strip().lower() != "application/json":
-                return ApiError.unsupported_media_type(given)
+            if given.split(";", 1)[0].strip().lower() != expected:
+                return ApiError.unsupported_media_type(given, expected)
         return None
 
-    def _json_route(self, scope: Scope) -> bool:
-        return any(route.matches(scope)[0] is Match.FULL for route in self.json_routes)
+    def _body_type(self, scope: Scope) -> str | None:
+        return next((kind for route, kind in self.post_routes if route.matches(scope)[0] is Match.FULL), None)
 
 
 def _origin_host(origin: str) -> str:

@@ -7,22 +7,32 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..answer import Done, Failed, Route, Source, Sources, Usage
+from ..answer import Done, Failed, Route, Source, Sources, Usage, citation
 from ..generate import EngineStatus
+from ..file_ingest import FilesResult
 from ..library import IngestResult, PartitionInfo
+from ..store import FileDocument
 from ..retrieve import Hit
 
 
 def hit_json(h: Hit) -> dict[str, Any]:
     c = h.chunk
     return {"document_id": c.doc_key, "chunk_id": c.chunk_id, "chunk": c.ordinal, "partition": h.partition,
-            "title": c.title, "text": c.text, "source": c.source, "metadata": c.metadata, "score": h.score,
-            "rrf_score": h.rrf, "bm25_rank": h.bm25_rank, "ann_rank": h.ann_rank, "late_score": h.late}
+            "title": c.title, "text": c.text, "source": c.source, "metadata": c.metadata,
+            **place_json(c.file, c.page, c.page_end, c.section), "score": h.score, "rrf_score": h.rrf,
+            "bm25_rank": h.bm25_rank, "ann_rank": h.ann_rank, "late_score": h.late}
 
 
 def source_json(s: Source) -> dict[str, Any]:
     return {"n": s.n, "document_id": s.document_id, "chunk_id": s.chunk_id, "partition": s.partition,
-            "title": s.title, "source": s.source, "text": s.text, "score": s.score}
+            "title": s.title, "source": s.source, "text": s.text, "score": s.score,
+            **place_json(s.file, s.page, s.page_end, s.section)}
+
+
+def place_json(file: str, page: int | None, page_end: int | None, section: tuple[str, ...]) -> dict[str, Any]:
+    """Where a passage is in its file; null for documents that came as text (and for formats without pages)."""
+    return {"file": file or None, "page": page, "page_end": page_end, "section": list(section) or None,
+            "citation": citation(file, page, page_end, section) or None}
 
 
 def route_json(r: Route) -> dict[str, Any]:
@@ -133,3 +143,26 @@ def chat_last_chunk_json(chat: ChatMeta, d: Done) -> dict[str, Any]:
     return chat_chunk_json(chat, {}, openai_finish(d.finish_reason), usage=openai_usage_json(d.usage),
                            route=route_json(d.route), degraded=d.degraded, cache=d.cache,
                            timings_ms=d.timings.as_dict())
+
+
+def files_json(r: FilesResult) -> dict[str, Any]:
+    files = []
+    for f in r.files:
+        item: dict[str, Any] = {"file": f.name, "id": f.id}
+        if f.error is not None:
+            item["error"] = {"code": str(f.error.code), "message": f.error.message}
+        else:
+            item.update(status=f.status, chunks=f.chunks, format=f.format, pages=f.pages, sha256=f.sha256)
+        files.append(item)
+    body: dict[str, Any] = {"tenant": r.tenant, "partition": r.partition, "version": r.version,
+                            "indexed_version": r.indexed_version, "indexed": r.indexed, "files": files}
+    if r.index_error:
+        body["index_error"] = r.index_error
+    return body
+
+
+def document_json(d: FileDocument) -> dict[str, Any]:
+    f = d.file
+    return {"id": d.key, "title": d.title, "source": d.source, "metadata": d.metadata, "time": d.time,
+            "file": None if f is None else {"name": f.name, "sha256": f.sha256, "format": f.format, "size": f.size,
+                                            "pages": f.pages, "parser_version": f.parser_version}}

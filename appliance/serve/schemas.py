@@ -157,6 +157,7 @@ class Operation:
     ok_media: tuple[str, ...] = ("application/json",)
     event_schema: dict = field(default_factory=dict)  # text/event-stream: one event, as {event, data, id, retry}
     body: Spec | None = None
+    upload: dict | None = None  # a multipart/form-data body, as its OpenAPI schema (JSON bodies are `body`)
     params: tuple[Param, ...] = ()
     errors: tuple[int, ...] = ()  # beyond ANY_, V1_, TENANT_ and BODY_ERRORS, which follow from the rest
     extra: dict = field(default_factory=dict)  # further responses: status -> response object
@@ -185,12 +186,8 @@ _TENANT = Param("tenant", "query", Spec("string", "Tenant (where API keys are co
                                         "be left out).", required=True, pattern=NAME_PATTERN))
 
 
-def operations(settings: Settings) -> list[Operation]:
-    """Every route the server answers, in the order the document lists them."""
-    native_event = _sse_event("One event; data is a JSON object.", ("sources", "token", "done", "error"))
-    openai_event = _sse_event("One event, unnamed; data is a chat.completion.chunk as JSON, or [DONE] last.")
+def _document_operations(settings: Settings) -> list[Operation]:
     doc_id = Param("id", "path", DOCUMENT_ID)
-    sse = ("application/json", "text/event-stream")
     return [
         Operation("post", "/v1/documents", "Store and index documents", "Stored and indexed",
                   body=ingest_body(settings), errors=(409,), extra={"202": {
@@ -203,6 +200,33 @@ def operations(settings: Settings) -> list[Operation]:
             doc_id, _TENANT,
             Param("partition", "query", Spec("string", "Only this partition (default: every partition of the "
                                              "tenant).", pattern=NAME_PATTERN)))),
+        Operation("get", "/v1/documents", "A partition's documents in id order, a page at a time", "Documents",
+                  errors=(404,), params=(
+                      _TENANT, Param("partition", "query", Spec("string", "Partition name.", required=True,
+                                                                pattern=NAME_PATTERN)),
+                      Param("after", "query", Spec("string", "List from the first id after this one (the previous "
+                                                   "page's `next`).", max=256, pattern=ID_PATTERN)),
+                      Param("limit", "query", Spec("integer", "Most documents to list.", default=100, min=1,
+                                                   max=1000)))),
+        Operation("post", "/v1/files", "Parse, store and index files (PDF, DOCX, PPTX, HTML, Markdown, text); one "
+                  "answer per file", "Stored (and indexed); files that failed say why", upload=files_upload(),
+                  errors=(409, 415), extra={"202": {
+                      "description": "Stored; indexing continues", "content": {"application/json": {
+                          "schema": {"type": "object"}}}}}),
+        Operation("get", "/v1/documents/{id}/file", "A document's original file (a download)", "The file",
+                  ok_schema={"type": "string", "format": "binary"}, ok_media=("application/octet-stream",),
+                  errors=(404,), params=(doc_id, _TENANT, Param("partition", "query", Spec(
+                      "string", "Only this partition.", pattern=NAME_PATTERN)))),
+    ]
+
+
+def operations(settings: Settings) -> list[Operation]:
+    """Every route the server answers, in the order the document lists them."""
+    native_event = _sse_event("One event; data is a JSON object.", ("sources", "token", "done", "error"))
+    openai_event = _sse_event("One event, unnamed; data is a chat.completion.chunk as JSON, or [DONE] last.")
+    sse = ("application/json", "text/event-stream")
+    return [
+        *_document_operations(settings),
         Operation("post", "/v1/search", "Hybrid search (BM25 + HNSW, RRF, late interaction)",
                   "Ranked chunks with per-stage timings", body=search_body(settings)),
         Operation("get", "/v1/partitions", "A tenant's partitions", "Partitions", params=(_TENANT,)),
@@ -236,6 +260,17 @@ def operations(settings: Settings) -> list[Operation]:
     ]
 
 
+def files_upload() -> dict[str, Any]:
+    return {"type": "object", "required": ["partition", "file"], "properties": {
+        "tenant": {"type": "string", "pattern": NAME_PATTERN, "description": "Default: the API key's tenant."},
+        "partition": {"type": "string", "pattern": NAME_PATTERN, "description": "Created on first use."},
+        "kind": {"type": "string", "pattern": NAME_PATTERN, "description": "Document type of a new partition."},
+        "wait": {"type": "string", "enum": ["true", "false"], "description": "Answer once searchable (default)."},
+        "metadata": {"type": "string", "description": "A JSON object, given to every file's document."},
+        "file": {"type": "array", "items": {"type": "string", "format": "binary"}, "description": "The files; "
+                 "each part's file name is its document id."}}}
+
+
 def openapi(settings: Settings) -> dict[str, Any]:
     keyed = _keys_configured(settings)
     paths: dict[str, dict] = {}
@@ -245,7 +280,7 @@ def openapi(settings: Settings) -> dict[str, Any]:
             for media in op.ok_media}}}
         responses.update(op.extra)
         codes = set(op.errors) | set(ANY_ERRORS) | (set(V1_ERRORS) if op.v1 else set())
-        codes |= set(BODY_ERRORS) if op.body else set()
+        codes |= set(BODY_ERRORS) if op.body or op.upload else set()
         codes |= (set(TENANT_ERRORS) if op.names_tenant else set()) | ({422} if op.params else set())
         for code in sorted(codes):
             responses[str(code)] = {"$ref": f"#/components/responses/{ERRORS[code][0]}"}
@@ -258,6 +293,8 @@ def openapi(settings: Settings) -> dict[str, Any]:
                 schema["required"] = [name for name in schema["required"] if name != "tenant"]
                 schema["properties"]["tenant"]["nullable"] = True
             entry["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
+        if op.upload:
+            entry["requestBody"] = {"required": True, "content": {"multipart/form-data": {"schema": op.upload}}}
         if op.keyed:
             # Keys are checked only where the server has some configured; without, requests go through unnamed.
             entry["security"] = [{"bearerAuth": []}] if keyed else [{"bearerAuth": []}, {}]

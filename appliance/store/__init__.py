@@ -1,6 +1,9 @@
-"""Durable store: SQLite (WAL) holding partitions, documents, chunks and the ingest journal."""
-from .records import ChunkRow, DocumentStatus, NewDocument, Partition, StoredDocument, TenantUsage, WriteResult
+"""Durable store: SQLite (WAL) holding partitions, documents, chunks and the ingest journal; original files by
+content hash beside it."""
+from .blobs import BlobStore
+from .records import (ChunkRow, DocumentStatus, FileDocument, NewDocument, Partition, Place, SourceFile,
+                      StoredDocument, TenantUsage, WriteResult)
 from .sqlite import Store
 
-__all__ = ["ChunkRow", "DocumentStatus", "NewDocument", "Partition", "Store", "StoredDocument", "TenantUsage",
-           "WriteResult"]
+__all__ = ["BlobStore", "ChunkRow", "DocumentStatus", "FileDocument", "NewDocument", "Partition", "Place",
+           "SourceFile", "Store", "StoredDocument", "TenantUsage", "WriteResult"]

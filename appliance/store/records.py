@@ -17,6 +17,25 @@ class Partition:
 
 
 @dataclass(slots=True, frozen=True)
+class Place:
+    """Where a chunk sits in its file: for citations ("report.pdf, p. 12, Methods")."""
+    page: int | None = None
+    page_end: int | None = None  # set when the chunk runs over a page break
+    section: tuple[str, ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
+class SourceFile:
+    """The file a document was parsed from; its bytes are kept by sha256 in the blob folder."""
+    name: str
+    sha256: str
+    format: str
+    size: int
+    pages: int | None = None
+    parser_version: int = 0
+
+
+@dataclass(slots=True, frozen=True)
 class NewDocument:
     key: str
     title: str
@@ -26,6 +45,8 @@ class NewDocument:
     source: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     time: float | None = None
+    places: tuple[Place, ...] = ()  # aligned with chunks; empty for a document that came as plain text
+    file: SourceFile | None = None
 
     @property
     def text_bytes(self) -> int:
@@ -71,3 +92,18 @@ class ChunkRow:
     source: str
     metadata: dict[str, Any]
     time: float
+    place: Place = Place()
+    file: str = ""  # the name of the file the document was parsed from, "" for one sent as text
+
+
+@dataclass(slots=True, frozen=True)
+class FileDocument:
+    """A stored document as listed (`file` is None for one sent as text); what `--sync`, re-parsing and downloads
+    need."""
+    partition: Partition
+    key: str
+    title: str
+    source: str
+    metadata: dict[str, Any]
+    time: float
+    file: SourceFile | None

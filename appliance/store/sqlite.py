@@ -13,53 +13,10 @@ import time
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .records import ChunkRow, DocumentStatus, NewDocument, Partition, StoredDocument, TenantUsage, WriteResult
+from .records import (ChunkRow, DocumentStatus, FileDocument, NewDocument, Partition, StoredDocument, TenantUsage,
+                      WriteResult)
+from .schema import create_or_migrate, file_of, file_values, partition_of, place_of, place_values, transaction
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS partitions (
-    id INTEGER PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    name TEXT NOT NULL,
-    kind TEXT NOT NULL DEFAULT 'default',
-    version INTEGER NOT NULL DEFAULT 0,
-    min_time REAL,
-    max_time REAL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    UNIQUE (tenant, name)
-);
-CREATE TABLE IF NOT EXISTS documents (
-    id INTEGER PRIMARY KEY,
-    partition_id INTEGER NOT NULL REFERENCES partitions(id),
-    doc_key TEXT NOT NULL,
-    source TEXT NOT NULL DEFAULT '',
-    title TEXT NOT NULL DEFAULT '',
-    content_hash TEXT NOT NULL,
-    metadata TEXT NOT NULL DEFAULT '{}',
-    time REAL NOT NULL,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    text_bytes INTEGER NOT NULL DEFAULT 0,  -- its chunks' UTF-8 bytes: what quotas count, without reading them
-    UNIQUE (partition_id, doc_key)
-);
-CREATE TABLE IF NOT EXISTS chunks (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: chunk ids are index keys
-    document_id INTEGER NOT NULL REFERENCES documents(id) ON DELETE CASCADE,
-    partition_id INTEGER NOT NULL,
-    ordinal INTEGER NOT NULL,
-    text TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS chunks_by_partition ON chunks(partition_id);
-CREATE INDEX IF NOT EXISTS chunks_by_document ON chunks(document_id);
-CREATE TABLE IF NOT EXISTS journal (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    partition_id INTEGER NOT NULL,
-    version INTEGER NOT NULL,
-    op TEXT NOT NULL,
-    doc_key TEXT NOT NULL,
-    at REAL NOT NULL
-);
-"""
 
 
 class Store:
@@ -71,8 +28,7 @@ class Store:
         self._write_lock = threading.Lock()
         self._local = threading.local()
         self._writer = self._connect()
-        self._writer.executescript(_SCHEMA)
-        self._add_text_bytes()
+        create_or_migrate(self._writer)
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
@@ -81,16 +37,6 @@ class Store:
         conn.execute("PRAGMA foreign_keys=ON")
         conn.row_factory = sqlite3.Row
         return conn
-
-    def _add_text_bytes(self) -> None:
-        """A store made before documents.text_bytes existed gets it, counted once from its chunks."""
-        columns = {row["name"] for row in self._writer.execute("PRAGMA table_info(documents)")}
-        if "text_bytes" in columns:
-            return
-        with _transaction(self._writer) as db:
-            db.execute("ALTER TABLE documents ADD COLUMN text_bytes INTEGER NOT NULL DEFAULT 0")
-            db.execute("UPDATE documents SET text_bytes = (SELECT COALESCE(SUM(LENGTH(CAST(c.text AS BLOB))), 0)"
-                       " FROM chunks c WHERE c.document_id = documents.id)")
 
     def _reader(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -119,11 +65,11 @@ class Store:
         row = self._reader().execute(
             "SELECT * FROM partitions WHERE tenant = ? AND name = ?", (tenant, name)
         ).fetchone()
-        return _partition(row) if row else None
+        return partition_of(row) if row else None
 
     def partition_by_id(self, partition_id: int) -> Partition | None:
         row = self._reader().execute("SELECT * FROM partitions WHERE id = ?", (partition_id,)).fetchone()
-        return _partition(row) if row else None
+        return partition_of(row) if row else None
 
     def partitions(self, tenant: str | None = None) -> list[Partition]:
         if tenant is None:
@@ -132,7 +78,7 @@ class Store:
             rows = self._reader().execute(
                 "SELECT * FROM partitions WHERE tenant = ? ORDER BY id", (tenant,)
             ).fetchall()
-        return [_partition(r) for r in rows]
+        return [partition_of(r) for r in rows]
 
     # -- writes -------------------------------------------------------------------------------------------------
 
@@ -140,7 +86,7 @@ class Store:
         """Insert or replace documents in one transaction. Same content hash again changes nothing."""
         now = time.time()
         statuses: list[DocumentStatus] = []
-        with self._write_lock, _transaction(self._writer) as db:
+        with self._write_lock, transaction(self._writer) as db:
             version = db.execute("SELECT version FROM partitions WHERE id = ?", (partition_id,)).fetchone()[0]
             new_version = version + 1
             times: list[float] = []
@@ -158,9 +104,10 @@ class Store:
                 if row is None:
                     doc_id = db.execute(
                         "INSERT INTO documents (partition_id, doc_key, source, title, content_hash, metadata, time,"
-                        " created_at, updated_at, text_bytes) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                        " created_at, updated_at, text_bytes, file_name, file_sha256, file_format, file_size,"
+                        " file_pages, parser_version) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (partition_id, doc.key, doc.source, doc.title, doc.content_hash, metadata, doc_time, now, now,
-                         doc.text_bytes),
+                         doc.text_bytes, *file_values(doc.file)),
                     ).lastrowid
                     op = "created"
                 else:
@@ -168,14 +115,13 @@ class Store:
                     db.execute("DELETE FROM chunks WHERE document_id = ?", (doc_id,))
                     db.execute(
                         "UPDATE documents SET source=?, title=?, content_hash=?, metadata=?, time=?, updated_at=?,"
-                        " text_bytes=? WHERE id = ?",
-                        (doc.source, doc.title, doc.content_hash, metadata, doc_time, now, doc.text_bytes, doc_id),
+                        " text_bytes=?, file_name=?, file_sha256=?, file_format=?, file_size=?, file_pages=?,"
+                        " parser_version=? WHERE id = ?",
+                        (doc.source, doc.title, doc.content_hash, metadata, doc_time, now, doc.text_bytes,
+                         *file_values(doc.file), doc_id),
                     )
                     op = "updated"
-                db.executemany(
-                    "INSERT INTO chunks (document_id, partition_id, ordinal, text) VALUES (?,?,?,?)",
-                    [(doc_id, partition_id, i, text) for i, text in enumerate(doc.chunks)],
-                )
+                _insert_chunks(db, doc_id, partition_id, doc)
                 db.execute(
                     "INSERT INTO journal (partition_id, version, op, doc_key, at) VALUES (?,?,?,?,?)",
                     (partition_id, new_version, op, doc.key, now),
@@ -195,7 +141,7 @@ class Store:
     def delete_documents(self, partition_id: int, keys: Iterable[str]) -> WriteResult:
         now = time.time()
         statuses: list[DocumentStatus] = []
-        with self._write_lock, _transaction(self._writer) as db:
+        with self._write_lock, transaction(self._writer) as db:
             version = db.execute("SELECT version FROM partitions WHERE id = ?", (partition_id,)).fetchone()[0]
             for key in keys:
                 row = db.execute(
@@ -229,7 +175,7 @@ class Store:
         """The partition's version, its chunk ids, and the rows of those chunks not in `indexed`, all read in one
         snapshot so they agree even while writers commit."""
         db = self._reader()
-        with _transaction(db, "BEGIN"):
+        with transaction(db, "BEGIN"):
             version = db.execute("SELECT version FROM partitions WHERE id = ?", (partition_id,)).fetchone()[0]
             ids = [r[0] for r in db.execute(
                 "SELECT id FROM chunks WHERE partition_id = ? ORDER BY id", (partition_id,))]
@@ -245,14 +191,16 @@ class Store:
             part = ids[start:start + 500]
             marks = ",".join("?" * len(part))
             rows = db.execute(
-                "SELECT c.id, c.ordinal, c.text, d.doc_key, d.title, d.source, d.metadata, d.time"
-                f" FROM chunks c JOIN documents d ON d.id = c.document_id WHERE c.id IN ({marks}) ORDER BY c.id",
+                "SELECT c.id, c.ordinal, c.text, c.page, c.page_end, c.section, d.doc_key, d.title, d.source,"
+                " d.metadata, d.time, d.file_name FROM chunks c JOIN documents d ON d.id = c.document_id"
+                f" WHERE c.id IN ({marks}) ORDER BY c.id",
                 part,
             )
             for r in rows:
                 yield ChunkRow(
                     id=r["id"], doc_key=r["doc_key"], ordinal=r["ordinal"], text=r["text"], title=r["title"],
-                    source=r["source"], metadata=json.loads(r["metadata"]), time=r["time"],
+                    source=r["source"], metadata=json.loads(r["metadata"]), time=r["time"], place=place_of(r),
+                    file=r["file_name"] or "",
                 )
 
     def document_keys(self, tenant: str, key: str) -> list[Partition]:
@@ -262,12 +210,12 @@ class Store:
             " WHERE p.tenant = ? AND d.doc_key = ? ORDER BY p.id",
             (tenant, key),
         ).fetchall()
-        return [_partition(r) for r in rows]
+        return [partition_of(r) for r in rows]
 
     def tenant_usage(self, tenant: str) -> TenantUsage:
         """The tenant's partitions, documents and stored text bytes (what quotas limit)."""
         db = self._reader()
-        with _transaction(db, "BEGIN"):  # one snapshot: the three agree
+        with transaction(db, "BEGIN"):  # one snapshot: the three agree
             partitions = db.execute("SELECT COUNT(*) FROM partitions WHERE tenant = ?", (tenant,)).fetchone()[0]
             documents, text_bytes = db.execute(
                 "SELECT COUNT(d.id), COALESCE(SUM(d.text_bytes), 0) FROM documents d"
@@ -291,6 +239,43 @@ class Store:
             "SELECT COUNT(*) FROM documents WHERE partition_id = ?", (partition_id,)
         ).fetchone()[0]
 
+    def file_documents(self, partition_id: int, keys: Iterable[str] | None = None) -> list[FileDocument]:
+        """The partition's documents that came from files (all, or those of `keys`), by key."""
+        partition = self.partition_by_id(partition_id)
+        query = ("SELECT doc_key, title, source, metadata, time, file_name, file_sha256, file_format, file_size,"
+                 " file_pages, parser_version FROM documents WHERE partition_id = ? AND file_sha256 IS NOT NULL")
+        if keys is None:
+            rows = self._reader().execute(query + " ORDER BY doc_key", (partition_id,)).fetchall()
+        else:
+            wanted, rows = sorted(set(keys)), []
+            for start in range(0, len(wanted), 500):
+                part = wanted[start:start + 500]
+                rows += self._reader().execute(query + f" AND doc_key IN ({','.join('?' * len(part))})",
+                                               (partition_id, *part)).fetchall()
+        return [FileDocument(partition, r["doc_key"], r["title"], r["source"], json.loads(r["metadata"]), r["time"],
+                             file_of(r)) for r in rows]
+
+    def list_documents(self, partition_id: int, after: str = "", limit: int = 100) -> list[FileDocument]:
+        """The partition's documents in id order, from the first id after `after` (a page of `limit`)."""
+        partition = self.partition_by_id(partition_id)
+        rows = self._reader().execute(
+            "SELECT doc_key, title, source, metadata, time, file_name, file_sha256, file_format, file_size,"
+            " file_pages, parser_version FROM documents WHERE partition_id = ? AND doc_key > ?"
+            " ORDER BY doc_key LIMIT ?", (partition_id, after, limit)).fetchall()
+        return [FileDocument(partition, r["doc_key"], r["title"], r["source"], json.loads(r["metadata"]), r["time"],
+                             file_of(r)) for r in rows]
+
+    def forget_hashes(self, partition_id: int, keys: Iterable[str]) -> None:
+        """Make the next write of these documents count as a change (parsing the same bytes again on purpose)."""
+        with self._write_lock, transaction(self._writer) as db:
+            db.executemany("UPDATE documents SET content_hash = '' WHERE partition_id = ? AND doc_key = ?",
+                           [(partition_id, key) for key in keys])
+
+    def file_referenced(self, sha256: str) -> bool:
+        """Whether any document still refers to these file bytes."""
+        return self._reader().execute(
+            "SELECT 1 FROM documents WHERE file_sha256 = ? LIMIT 1", (sha256,)).fetchone() is not None
+
     def journal(self, partition_id: int, limit: int = 100) -> list[dict]:
         rows = self._reader().execute(
             "SELECT seq, version, op, doc_key, at FROM journal WHERE partition_id = ? ORDER BY seq DESC LIMIT ?",
@@ -299,32 +284,9 @@ class Store:
         return [dict(r) for r in rows]
 
 
-class _transaction:
-    """BEGIN IMMEDIATE ... COMMIT, rolled back on any exception, a failed COMMIT included (autocommit connections).
-
-    A COMMIT that fails (busy, I/O error) can leave the transaction open, and then every later BEGIN on the
-    connection fails; a full disk makes SQLite roll back by itself, and a second ROLLBACK would then raise "no
-    transaction is active" in place of the real error. So: roll back whatever is still open, once.
-    """
-
-    def __init__(self, conn: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE"):
-        self.conn, self.begin = conn, begin
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.conn.execute(self.begin)
-        return self.conn
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        try:
-            if exc_type is None:
-                self.conn.execute("COMMIT")
-        finally:
-            if self.conn.in_transaction:
-                self.conn.execute("ROLLBACK")
-
-
-def _partition(row: sqlite3.Row) -> Partition:
-    return Partition(
-        id=row["id"], tenant=row["tenant"], name=row["name"], kind=row["kind"], version=row["version"],
-        min_time=row["min_time"], max_time=row["max_time"],
+def _insert_chunks(db: sqlite3.Connection, doc_id: int, partition_id: int, doc: NewDocument) -> None:
+    places = doc.places or (None,) * len(doc.chunks)
+    db.executemany(
+        "INSERT INTO chunks (document_id, partition_id, ordinal, text, page, page_end, section) VALUES (?,?,?,?,?,?,?)",
+        [(doc_id, partition_id, i, text, *place_values(place)) for i, (text, place) in enumerate(zip(doc.chunks, places))],
     )

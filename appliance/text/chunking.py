@@ -1,55 +1,122 @@
-"""Split a document into overlapping chunks along sentence boundaries.
+"""Split a document into overlapping chunks along sentence boundaries, keeping each chunk inside one section.
 
 Latin text is measured in words, CJK text in characters (it has no spaces). A sentence longer than a whole chunk
 is cut inside, so no chunk exceeds the limit the encoder can see. Every chunk is also bounded in characters: a
 text without spaces is one "word", and a chunk is tokenised whole each time an answer's prompt uses it, so a run
 longer than the bound is cut into pieces of it.
+
+Parsed files come as blocks with a page and a heading path: a chunk never spans two sections, and it ends at a
+page break once it is at least half full (the boundary is near), so a citation's page is the chunk's page; a
+short run of text at the foot of a page stays with what follows it (the chunk then spans two pages).
 """
 from __future__ import annotations
 
+import itertools
 import re
+from dataclasses import dataclass
+from typing import Iterable, Protocol
 
+from ..config import ChunkSettings
 from .normalise import has_cjk
 
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？；;])\s+|(?<=[。！？；])")
 
 
+class Placed(Protocol):
+    """A piece of a document with where it is: a parsed block (parse.Block) or a whole plain text."""
+    text: str
+    page: int | None
+    section: tuple[str, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class Chunk:
+    text: str
+    page: int | None = None  # the page it starts on (1-based), None where the document has no pages
+    page_end: int | None = None  # the page it ends on, when it runs over a page break
+    section: tuple[str, ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
+class _Plain:
+    text: str
+    page: int | None = None
+    section: tuple[str, ...] = ()
+
+
 def chunk_text(text: str, max_words: int, overlap_words: int, max_chars_cjk: int, overlap_chars_cjk: int,
                max_chars: int) -> list[str]:
-    text = text.strip()
-    if not text:
-        return []
-    if has_cjk(text):
-        units, join, limit, overlap = _cjk_sentences(text), "", max_chars_cjk, overlap_chars_cjk
-    else:
-        units, join, limit, overlap = _word_sentences(text), " ", max_words, overlap_words
-    sep = len(join)
-    chunks: list[str] = []
-    current: list[str] = []
-    size = 0  # characters of join.join(current)
-    for sentence in units:
-        for piece in _split_long(sentence, limit, max_chars, sep):
-            piece_size = _chars(piece, sep)
-            if current and (len(current) + len(piece) > limit or size + sep + piece_size > max_chars):
-                chunks.append(join.join(current))
-                current = current[-overlap:] if overlap else []
-                size = _chars(current, sep)
-                if len(current) + len(piece) > limit or size + sep + piece_size > max_chars:
-                    current, size = [], 0
-            size += (sep if current else 0) + piece_size
-            current.extend(piece)
-    if current:
-        chunks.append(join.join(current))
+    """A plain text's chunks (no pages or sections)."""
+    limits = ChunkSettings(max_words, overlap_words, max_chars_cjk, overlap_chars_cjk, max_chars)
+    return [c.text for c in chunk_blocks([_Plain(text)], limits)]
+
+
+def chunk_blocks(blocks: Iterable[Placed], limits: ChunkSettings) -> list[Chunk]:
+    """Chunks of consecutive blocks, section by section, in document order."""
+    chunks: list[Chunk] = []
+    for section, run in itertools.groupby(blocks, key=lambda b: tuple(b.section)):
+        placed = [(b.text.strip(), b.page) for b in run if b.text.strip()]
+        if placed:
+            chunks.extend(_chunk_section(placed, section, limits))
     return chunks
 
 
-def _word_sentences(text: str) -> list[list[str]]:
-    return [s.split() for s in _SENTENCE_END.split(text) if s.strip()]
+def _chunk_section(placed: list[tuple[str, int | None]], section: tuple[str, ...],
+                   limits: ChunkSettings) -> list[Chunk]:
+    cjk = any(has_cjk(text) for text, _ in placed)
+    if cjk:
+        join, limit, overlap = "", limits.max_chars_cjk, limits.overlap_chars_cjk
+        units = [(list(s.strip()), page) for text, page in placed for s in _SENTENCE_END.split(text) if s.strip()]
+    else:
+        join, limit, overlap = " ", limits.max_words, limits.overlap_words
+        units = [(s.split(), page) for text, page in placed for s in _SENTENCE_END.split(text) if s.strip()]
+    packer = _Packer(join, limit, overlap, limits.max_chars, section)
+    for sentence, page in units:
+        for piece in _split_long(sentence, limit, limits.max_chars, len(join)):
+            packer.add(piece, page)
+    return packer.finish()
 
 
-def _cjk_sentences(text: str) -> list[list[str]]:
-    # Characters are the units; spaces between Latin words inside CJK text are kept as their own units.
-    return [list(s.strip()) for s in _SENTENCE_END.split(text) if s.strip()]
+class _Packer:
+    """Fills chunks with sentence pieces; carries `overlap` units into the next chunk, except across a page cut."""
+
+    def __init__(self, join: str, limit: int, overlap: int, max_chars: int, section: tuple[str, ...]):
+        self.join, self.sep, self.limit, self.overlap, self.max_chars = join, len(join), limit, overlap, max_chars
+        self.section = section
+        self.chunks: list[Chunk] = []
+        self.current: list[str] = []
+        self.size = 0  # characters of join.join(current)
+        self.first_page: int | None = None
+        self.last_page: int | None = None
+
+    def add(self, piece: list[str], page: int | None) -> None:
+        piece_size = _chars(piece, self.sep)
+        if self.current and page != self.last_page and len(self.current) >= self.limit // 2:
+            self._flush(carry=False)  # a page break near the end of a full-enough chunk: cut there
+        elif self.current and self._overflows(piece, piece_size):
+            self._flush(carry=True)
+            if self._overflows(piece, piece_size):
+                self.current, self.size = [], 0
+        if not self.current:
+            self.first_page = page
+        self.size += (self.sep if self.current else 0) + piece_size
+        self.current.extend(piece)
+        self.last_page = page
+
+    def finish(self) -> list[Chunk]:
+        if self.current:
+            self._flush(carry=False)
+        return self.chunks
+
+    def _overflows(self, piece: list[str], piece_size: int) -> bool:
+        return len(self.current) + len(piece) > self.limit or self.size + self.sep + piece_size > self.max_chars
+
+    def _flush(self, carry: bool) -> None:
+        end = self.last_page if self.last_page != self.first_page else None
+        self.chunks.append(Chunk(self.join.join(self.current), self.first_page, end, self.section))
+        self.current = self.current[-self.overlap:] if carry and self.overlap else []
+        self.size = _chars(self.current, self.sep)
+        self.first_page = self.last_page if self.current else None
 
 
 def _split_long(units: list[str], limit: int, max_chars: int, sep: int) -> list[list[str]]:

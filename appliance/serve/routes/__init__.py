@@ -2,8 +2,11 @@
 metrics and the request log (routes of one resource share it), which the admission middleware reads from here."""
 from starlette.routing import Route
 
-from . import admin, answers, documents, search
+from . import admin, answers, documents, files, search
 
-ROUTES: list[Route] = [*documents.routes, *search.routes, *answers.routes, *admin.routes]
+ROUTES: list[Route] = [*files.routes, *documents.routes, *search.routes, *answers.routes, *admin.routes]
 
-__all__ = ["ROUTES"]
+# What each POST route's body must be sent as (any other Content-Type: 415); JSON unless named here.
+BODY_TYPES = {"files": "multipart/form-data"}
+
+__all__ = ["BODY_TYPES", "ROUTES"]

@@ -1,5 +1,8 @@
-"""POST /v1/documents (store and index) and DELETE /v1/documents/{id}."""
+"""POST /v1/documents (store and index), GET /v1/documents (a partition's documents, a page at a time) and
+DELETE /v1/documents/{id}."""
 from __future__ import annotations
+
+import asyncio
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -9,7 +12,7 @@ from ...library import KindConflict, QuotaExceeded
 from ..edge import edge, name_param, read_body, require_ready, tenant_param
 from ..errors import ApiError
 from ..requests import IngestBody
-from ..responses import ingest_json
+from ..responses import document_json, ingest_json
 from ..schemas import DOCUMENT_ID
 from ..validation import validate
 
@@ -48,7 +51,28 @@ async def delete_document(request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=200 if all(r.indexed for r in done) else 202)
 
 
+async def list_documents(request: Request) -> JSONResponse:
+    """A partition's documents in id order, a page at a time: `after` = the last id of the previous page."""
+    library = require_ready(request).library
+    tenant = tenant_param(request)
+    partition = name_param(request, "partition")
+    if partition is None:
+        raise ApiError.invalid("is required", "partition")
+    after = request.query_params.get("after", "")
+    if after:
+        validate(after, DOCUMENT_ID, "after")
+    limit = request.query_params.get("limit", "100")
+    if not limit.isdigit() or not 1 <= int(limit) <= 1000:
+        raise ApiError.invalid("must be a whole number from 1 to 1000", "limit")
+    docs = await asyncio.to_thread(library.list_documents, tenant, partition, after, int(limit))
+    if docs is None:
+        raise ApiError.not_found(f"no partition {partition!r} for tenant {tenant!r}", "partition")
+    return JSONResponse({"documents": [document_json(d) for d in docs],
+                         "next": docs[-1].key if len(docs) == int(limit) else None})
+
+
 routes = [
+    Route("/v1/documents", list_documents, methods=["GET"], name="documents"),
     Route("/v1/documents", post_documents, methods=["POST"], name="documents"),
     # {id:path}: a client's document id may contain "/"
     Route("/v1/documents/{id:path}", delete_document, methods=["DELETE"], name="documents"),

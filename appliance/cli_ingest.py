@@ -1,0 +1,174 @@
+"""`appliance ingest PATH...`: files and folders (recursive) through the parsers, into a running server or the
+local data folder; `--sync` mirrors one folder into a partition (new and changed files by content hash ingested,
+unchanged skipped, files gone from the folder deleted). A BEIR `corpus.jsonl` is read as text documents.
+
+A folder's files get their path inside the folder as document id ("reports/q3.pdf"); a file named on its own,
+its name. A progress bar while it runs, then one line per file that changed or failed and the counts.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .client import ApplianceClient
+
+BATCH_FILES = 16  # files per upload request
+BATCH_BYTES = 32 * 1024 * 1024  # and at most this many bytes (well under parse.max_upload_bytes)
+BATCH_DOCUMENTS = 256  # text documents of a corpus.jsonl per request
+
+
+@dataclass(slots=True, frozen=True)
+class LocalFile:
+    id: str
+    path: Path
+    size: int
+    sha256: str
+
+
+@dataclass(slots=True, frozen=True)
+class Line:
+    """One line of the summary: what happened to one file."""
+    status: str  # created, updated, unchanged, deleted, error
+    id: str
+    detail: str = ""
+
+
+def local_files(paths: list[Path]) -> tuple[list[LocalFile], list[Path]]:
+    """Files to ingest (hidden ones and Office lock files skipped) and the BEIR corpora among them."""
+    found: list[LocalFile] = []
+    corpora: list[Path] = []
+    for root in paths:
+        if not root.exists():
+            sys.exit(f"appliance ingest: {root} does not exist")
+        pairs = ([(p.relative_to(root).as_posix(), p) for p in sorted(root.rglob("*")) if p.is_file()]
+                 if root.is_dir() else [(root.name, root)])
+        for key, path in pairs:
+            if any(part.startswith((".", "~$")) for part in Path(key).parts):
+                continue
+            if path.name == "corpus.jsonl":
+                corpora.append(path)
+            else:
+                found.append(LocalFile(key, path, path.stat().st_size, _sha256(path)))
+    return found, corpora
+
+
+def plan(files: list[LocalFile], stored: dict[str, str | None],
+         sync: bool) -> tuple[list[LocalFile], list[LocalFile], list[str]]:
+    """(to send, unchanged, to delete): `stored` maps the partition's document ids to their file's sha256."""
+    send = [f for f in files if stored.get(f.id, "") != f.sha256]
+    same = [f for f in files if stored.get(f.id, "") == f.sha256]
+    here = {f.id for f in files}
+    # only documents that came from files are mirrored; text documents posted to the partition stay
+    gone = sorted(key for key, sha in stored.items() if sha is not None and key not in here) if sync else []
+    return send, same, gone
+
+
+def batches(files: list[LocalFile]) -> list[list[LocalFile]]:
+    out: list[list[LocalFile]] = [[]]
+    size = 0
+    for f in files:
+        if out[-1] and (len(out[-1]) >= BATCH_FILES or size + f.size > BATCH_BYTES):
+            out.append([])
+            size = 0
+        out[-1].append(f)
+        size += f.size
+    return [b for b in out if b]
+
+
+def summary(lines: list[Line]) -> str:
+    shown = [f"{line.status:<9} {line.id}" + (f"  {line.detail}" if line.detail else "")
+             for line in lines if line.status != "unchanged"]
+    counts = Counter(line.status for line in lines)
+    return "\n".join(shown + [", ".join(f"{n} {status}" for status, n in sorted(counts.items())) or "nothing to do"])
+
+
+def file_line(item: dict[str, Any]) -> Line:
+    """A summary line from one file's answer (the HTTP shape, which the local path produces too)."""
+    if "error" in item:
+        return Line("error", item["id"], f"{item['error']['code']}: {item['error']['message']}")
+    detail = ", ".join(x for x in (item.get("format") or "", f"{item['pages']} pages" if item.get("pages") else "",
+                                   f"{item['chunks']} chunks" if item.get("chunks") is not None else "") if x)
+    return Line(item["status"], item["id"], detail)
+
+
+def ingest_remote(server: ApplianceClient, args, files: list[LocalFile], bar) -> list[Line]:
+    stored: dict[str, str | None] = {}
+    after = ""
+    while True:
+        try:
+            page = server.get("/v1/documents", {"tenant": args.tenant, "partition": args.partition,
+                                                "after": after, "limit": 1000} if after else
+                              {"tenant": args.tenant, "partition": args.partition, "limit": 1000})
+        except Exception as exc:  # a new partition: nothing stored yet
+            if getattr(exc, "status", None) == 404:
+                break
+            raise
+        stored.update((d["id"], (d["file"] or {}).get("sha256")) for d in page["documents"])
+        if not page["next"]:
+            break
+        after = page["next"]
+    send, same, gone = plan(files, stored, args.sync)
+    lines = [Line("unchanged", f.id) for f in same]
+    bar.update(len(same))
+    groups = batches(send)
+    for n, group in enumerate(groups):
+        fields = {"tenant": args.tenant, "partition": args.partition, "wait": str(n == len(groups) - 1).lower()}
+        if args.kind:
+            fields["kind"] = args.kind
+        # the document id travels as the part's file name
+        reply = server.upload("/v1/files", fields, [(f.id, f.path.read_bytes()) for f in group])
+        lines += [file_line(item) for item in reply["files"]]
+        bar.update(len(group))
+    for key in gone:
+        server.delete(f"/v1/documents/{key}", {"tenant": args.tenant, "partition": args.partition})
+        lines.append(Line("deleted", key))
+    return lines
+
+
+async def ingest_local(services, args, files: list[LocalFile], bar) -> list[Line]:
+    from .file_ingest import FileInput
+    from .serve.responses import files_json
+
+    docs = await asyncio.to_thread(_all_documents, services.library, args.tenant, args.partition)
+    stored = {d.key: d.file.sha256 if d.file else None for d in docs}
+    send, same, gone = plan(files, stored, args.sync)
+    lines = [Line("unchanged", f.id) for f in same]
+    bar.update(len(same))
+    groups = batches(send)
+    for n, group in enumerate(groups):
+        inputs = [FileInput(f.id, f.path.read_bytes()) for f in group]
+        result = await services.files.ingest(args.tenant, args.partition, inputs, args.kind,
+                                             wait=n == len(groups) - 1)
+        lines += [file_line(item) for item in files_json(result)["files"]]
+        bar.update(len(group))
+    for key in gone:
+        await services.library.delete(args.tenant, key, args.partition)
+        lines.append(Line("deleted", key))
+    return lines
+
+
+def _all_documents(library, tenant: str, partition: str) -> list:
+    docs, after = [], ""
+    while page := library.list_documents(tenant, partition, after, 1000):
+        docs += page
+        after = page[-1].key
+    return docs
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_sync_args(args) -> None:
+    if args.sync and (len(args.paths) != 1 or not args.paths[0].is_dir()):
+        sys.exit("appliance ingest --sync: give exactly one folder (it is mirrored into the partition)")
+

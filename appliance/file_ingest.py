@@ -1,0 +1,200 @@
+"""Files in: bytes -> parser workers -> chunks that keep their page and heading path -> the library's write path.
+
+Each file is answered on its own: a file that cannot be parsed (corrupt, encrypted, a scan, a zip bomb, past a
+limit) gets its reason and stores nothing, while the other files of the same request are stored. The original
+bytes are kept by content hash, so `reparse` can read them again with a newer parser and clients can download
+them. A file whose bytes, parser version and fields are what the partition already holds is not parsed again.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any
+
+from .config import ChunkSettings
+from .library import IngestResult, Library
+from .parse import PARSER_VERSION, ParsedDocument, ParseError, ParseErrorCode, ParserPool
+from .store import FileDocument, NewDocument, Place, SourceFile
+from .store.blobs import sha256_of
+from .text import chunk_blocks, content_hash
+
+log = logging.getLogger("appliance.files")
+
+
+@dataclass(slots=True, frozen=True)
+class FileInput:
+    name: str  # as the client named it; the document id unless `id` is given
+    data: bytes
+    id: str | None = None
+    metadata: dict[str, Any] | None = None
+    source: str = ""
+    time: float | None = None
+
+    @property
+    def key(self) -> str:
+        return self.id or self.name
+
+
+@dataclass(slots=True, frozen=True)
+class FileError:
+    code: str  # a ParseErrorCode value, or "duplicate_id"
+    message: str
+
+
+@dataclass(slots=True, frozen=True)
+class FileOutcome:
+    name: str
+    id: str
+    status: str | None = None  # created, updated, unchanged; None when the file failed
+    chunks: int | None = None  # None: unchanged, not parsed again
+    format: str | None = None
+    pages: int | None = None
+    sha256: str | None = None
+    error: FileError | None = None
+
+
+@dataclass(slots=True)
+class FilesResult:
+    tenant: str
+    partition: str
+    version: int
+    indexed_version: int
+    files: list[FileOutcome] = field(default_factory=list)
+    index_error: str | None = None
+
+    @property
+    def indexed(self) -> bool:
+        return self.indexed_version >= self.version
+
+    @property
+    def stored(self) -> list[FileOutcome]:
+        return [f for f in self.files if f.error is None]
+
+
+class FileIngester:
+    def __init__(self, library: Library, parser: ParserPool, chunking: ChunkSettings, max_file_bytes: int):
+        self.library, self.parser, self.chunking, self.max_file_bytes = library, parser, chunking, max_file_bytes
+
+    async def ingest(self, tenant: str, partition: str, files: list[FileInput], kind: str | None = None,
+                     wait: bool = True, wait_timeout_s: float | None = None) -> FilesResult:
+        """Parse and store the files; one outcome per file, in order."""
+        digests = [sha256_of(f.data) for f in files]
+        outcomes = self._refused(files)
+        known = await asyncio.to_thread(self._stored, tenant, partition, [f.key for f in files])
+        for i, f in enumerate(files):
+            stored = known.get(f.key)
+            if i not in outcomes and stored is not None and stored[0] == _file_hash(f, digests[i]):
+                doc = stored[1]
+                outcomes[i] = FileOutcome(f.name, f.key, "unchanged", None, doc.file.format if doc else None,
+                                          doc.file.pages if doc else None, digests[i])
+        todo = [i for i in range(len(files)) if i not in outcomes]
+        prepared: dict[int, NewDocument] = {}
+        for i, result in zip(todo, await asyncio.gather(*(self._parse(files[i].data) for i in todo))):
+            if isinstance(result, ParseError):
+                outcomes[i] = FileOutcome(files[i].name, files[i].key, error=FileError(result.code, result.message))
+            else:
+                prepared[i] = await asyncio.to_thread(self._prepare, files[i], digests[i], result)
+        written = await self._write(tenant, partition, prepared, files, kind, wait, wait_timeout_s)
+        statuses = {d.key: d for d in written.documents}
+        for i, doc in prepared.items():
+            status = statuses[doc.key]
+            outcomes[i] = FileOutcome(files[i].name, doc.key, status.status, status.chunks, doc.file.format,
+                                      doc.file.pages, digests[i])
+        return FilesResult(tenant, partition, written.version, written.indexed_version,
+                           [outcomes[i] for i in range(len(files))], written.index_error)
+
+    def _refused(self, files: list[FileInput]) -> dict[int, FileOutcome]:
+        """Files refused before parsing: past the size limit, or an id already used in the request."""
+        outcomes: dict[int, FileOutcome] = {}
+        seen: set[str] = set()
+        for i, f in enumerate(files):
+            if f.key in seen:
+                outcomes[i] = FileOutcome(f.name, f.key, error=FileError(
+                    "duplicate_id", f"another file of this request already has the id {f.key!r}"))
+            elif len(f.data) > self.max_file_bytes:
+                outcomes[i] = FileOutcome(f.name, f.key, error=FileError(
+                    ParseErrorCode.TOO_LARGE,
+                    f"the file is larger than parse.max_file_bytes = {self.max_file_bytes} bytes"))
+            seen.add(f.key)
+        return outcomes
+
+    async def _parse(self, data: bytes) -> ParsedDocument | ParseError:
+        try:
+            return await self.parser.parse(data)
+        except ParseError as exc:
+            return exc
+
+    async def _write(self, tenant: str, partition: str, prepared: dict[int, NewDocument], files: list[FileInput],
+                     kind: str | None, wait: bool, wait_timeout_s: float | None) -> IngestResult:
+        if prepared:
+            blobs = {doc.file.sha256: files[i].data for i, doc in prepared.items()}
+            return await self.library.write(tenant, partition, list(prepared.values()), kind, wait, wait_timeout_s,
+                                            blobs)
+        # nothing to store: the partition as it is (not created for a request whose every file failed)
+        info = next((p for p in self.library.partitions(tenant) if p.name == partition), None)
+        return IngestResult(tenant, partition, info.version if info else 0, info.indexed_version if info else 0)
+
+    def _stored(self, tenant: str, partition: str, keys: list[str]) -> dict[str, tuple[str, FileDocument | None]]:
+        """The content hash (and file, if any) of those of `keys` the partition holds."""
+        store = self.library.store
+        record = store.get_partition(tenant, partition)
+        if record is None:
+            return {}
+        files = {d.key: d for d in store.file_documents(record.id, keys)}
+        return {k: (d.content_hash, files.get(k)) for k, d in store.stored_documents(record.id, keys).items()}
+
+    def _prepare(self, f: FileInput, digest: str, parsed: ParsedDocument) -> NewDocument:
+        chunks = chunk_blocks(parsed.blocks, self.chunking)
+        title = parsed.title or PurePosixPath(f.name).stem
+        source = SourceFile(PurePosixPath(f.name).name, digest, str(parsed.format), len(f.data), parsed.pages,
+                            PARSER_VERSION)
+        return NewDocument(
+            key=f.key, title=title, text=parsed.text, chunks=[c.text for c in chunks] or [title],
+            content_hash=_file_hash(f, digest), source=f.source, metadata=f.metadata or {}, time=f.time,
+            places=tuple(Place(c.page, c.page_end, c.section) for c in chunks) or (Place(),), file=source)
+
+    # -- stored files ------------------------------------------------------------------------------------------
+
+    def stored_files(self, tenant: str, partition: str) -> list[FileDocument]:
+        """The partition's documents that came from files (a store read: call from a worker thread)."""
+        record = self.library.store.get_partition(tenant, partition)
+        return self.library.store.file_documents(record.id) if record is not None else []
+
+    def original(self, tenant: str, key: str, partition: str | None = None) -> tuple[FileDocument, bytes] | None:
+        """A document's original file and its bytes (a store and disk read: call from a worker thread)."""
+        for record in self.library.store.document_keys(tenant, key):
+            if partition is not None and record.name != partition:
+                continue
+            for doc in self.library.store.file_documents(record.id, [key]):
+                return doc, self.library.blobs.read(doc.file.sha256)
+        return None
+
+    async def reparse(self, tenant: str | None = None, partition: str | None = None,
+                      force: bool = False) -> list[FilesResult]:
+        """Parse again the kept files of documents an older parser read (all of them with `force`)."""
+        results = []
+        for record in await asyncio.to_thread(self.library.store.partitions, tenant):
+            if partition is not None and record.name != partition:
+                continue
+            docs = await asyncio.to_thread(self.library.store.file_documents, record.id)
+            stale = [d for d in docs if force or d.file.parser_version < PARSER_VERSION]
+            if not stale:
+                continue
+            inputs = [FileInput(d.file.name, await asyncio.to_thread(self.library.blobs.read, d.file.sha256),
+                                id=d.key, metadata=d.metadata, source=d.source, time=d.time) for d in stale]
+            if force:  # same bytes, same parser: the content hash would say "unchanged"
+                await asyncio.to_thread(self.library.store.forget_hashes, record.id, [d.key for d in stale])
+            results.append(await self.ingest(record.tenant, record.name, inputs))
+            log.info("partition %s/%s: %d files parsed again", record.tenant, record.name, len(stale))
+        return results
+
+
+def _file_hash(f: FileInput, digest: str) -> str:
+    """What makes a file document the same: its bytes, the parser that read them, and the client's fields."""
+    fields = json.dumps({"metadata": f.metadata or {}, "source": f.source, "time": f.time, "name": f.name},
+                        ensure_ascii=False, sort_keys=True)
+    return content_hash(f"file:{digest}", f"parser:{PARSER_VERSION}", fields)
+

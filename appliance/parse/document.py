@@ -1,0 +1,85 @@
+"""What a parser makes of a file: its text in blocks, each with the page and heading path it sits under."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Format(StrEnum):
+    PDF = "pdf"
+    DOCX = "docx"
+    PPTX = "pptx"
+    HTML = "html"
+    MARKDOWN = "markdown"
+    TEXT = "text"
+
+
+MEDIA_TYPES = {
+    Format.PDF: "application/pdf",
+    Format.DOCX: "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+    Format.PPTX: "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+    Format.HTML: "text/html",
+    Format.MARKDOWN: "text/markdown",
+    Format.TEXT: "text/plain",
+}
+
+# Bumped when a parser's output changes: documents parsed by an older version are parsed again by `reindex`.
+PARSER_VERSION = 1
+
+
+@dataclass(slots=True, frozen=True)
+class Block:
+    """A paragraph, list item, table row group, slide text frame...: text that belongs together.
+
+    `page` is 1-based (PDF page, PPTX slide), None where the format has no pages. `section` is the heading path
+    above the block, outermost first, without the heading taken as the document's title.
+    """
+    text: str
+    page: int | None = None
+    section: tuple[str, ...] = ()
+
+
+@dataclass(slots=True, frozen=True)
+class ParsedDocument:
+    format: Format
+    title: str  # the document's own title (PDF/Office metadata, <title>, first top heading); "" if none
+    blocks: list[Block] = field(default_factory=list)
+    pages: int | None = None  # PDF pages, PPTX slides
+    encoding: str | None = None  # text formats: the encoding the bytes were decoded from
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(b.text for b in self.blocks)
+
+
+class ParseErrorCode(StrEnum):
+    UNSUPPORTED = "unsupported_format"  # HTTP 415
+    CORRUPT = "corrupt_file"  # 422
+    ENCRYPTED = "encrypted"  # 422
+    NO_TEXT_LAYER = "no_text_layer"  # 422: a scan; needs OCR
+    EMPTY = "empty_document"  # 422: parsed, but no text at all
+    TOO_LARGE = "too_large"  # 413: the file, or what it unpacks to (zip bombs), is past a limit
+    TIMEOUT = "parse_timeout"  # 422: the parser ran past parse.timeout_s and was stopped
+    OUT_OF_MEMORY = "parse_out_of_memory"  # 422: the parser ran past parse.max_memory_mib
+    CRASHED = "parser_crashed"  # 422: the parser process died
+
+
+class ParseError(Exception):
+    """A file that cannot be turned into a document, and why, in words a user can act on."""
+
+    def __init__(self, code: ParseErrorCode, message: str):
+        super().__init__(message)
+        self.code, self.message = code, message
+
+    def __reduce__(self):  # crosses the worker-process boundary
+        return (ParseError, (self.code, self.message))
+
+
+@dataclass(slots=True, frozen=True)
+class ParseLimits:
+    """What a file may unpack to before it is refused (zip bombs, absurd part counts)."""
+    max_unpacked_bytes: int = 512 * 1024 * 1024
+    max_parts: int = 10_000
+    max_ratio: int = 200  # uncompressed / compressed, per part and for the whole archive
+    max_pages: int = 5_000
+    max_chars: int = 50_000_000  # text extracted from one file

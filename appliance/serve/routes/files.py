@@ -1,0 +1,80 @@
+"""POST /v1/files (multipart: files parsed, chunked with their pages and sections, stored and indexed; one
+answer per file) and GET /v1/documents/{id}/file (a document's original file)."""
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import quote
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ...file_ingest import FileInput
+from ...library import KindConflict, QuotaExceeded
+from ...parse import MEDIA_TYPES, Format, ParseErrorCode
+from ..edge import NAME, edge, name_param, require_ready, tenant_of, tenant_param
+from ..errors import ApiError
+from ..responses import files_json
+from ..schemas import DOCUMENT_ID
+from ..uploads import read_upload
+from ..validation import validate
+
+SUPPORTED = ["PDF (with a text layer)", "DOCX", "PPTX", "HTML", "Markdown", "plain text (UTF-8, UTF-16, GB18030, "
+             "Big5 and other common encodings)"]
+# A request whose every file failed answers with the failure's status: 415 for formats not supported, 413 for
+# files past a limit, 409 for an id given twice; 422 for a file that could not be read (or for mixed reasons).
+_STATUS = {ParseErrorCode.UNSUPPORTED: 415, ParseErrorCode.TOO_LARGE: 413, "duplicate_id": 409}
+
+
+async def post_files(request: Request) -> JSONResponse:
+    services = require_ready(request)
+    settings = edge(request).settings
+    upload = await read_upload(request, settings.parse)
+    tenant = tenant_of(request, upload.fields.get("tenant"))
+    partition = validate(upload.fields.get("partition"), NAME, "partition")
+    kind = upload.fields.get("kind")
+    if kind is not None:
+        validate(kind, NAME, "kind")
+    metadata = upload.metadata()
+    files = [FileInput(f.name, f.data, metadata=metadata) for f in upload.files]
+    try:
+        result = await services.files.ingest(tenant, partition, files, kind, upload.wait(),
+                                             settings.server.ingest_wait_timeout_s)
+    except KindConflict as exc:
+        raise ApiError.conflict("kind_conflict", str(exc), "kind") from None
+    except QuotaExceeded as exc:
+        raise ApiError.quota_exceeded(str(exc), exc.field) from None
+    body = files_json(result)
+    if not result.stored:
+        statuses = {_STATUS.get(f.error.code, 422) for f in result.files if f.error is not None}
+        status = statuses.pop() if len(statuses) == 1 else 422
+        if status == 415:
+            body["supported"] = SUPPORTED
+        return JSONResponse(body, status_code=status)
+    # 202 as for POST /v1/documents: stored, but not searchable yet
+    return JSONResponse(body, status_code=200 if result.indexed else 202)
+
+
+async def get_file(request: Request) -> Response:
+    services = require_ready(request)
+    key = validate(request.path_params["id"], DOCUMENT_ID, "id")
+    tenant = tenant_param(request)
+    found = await asyncio.to_thread(services.files.original, tenant, key, name_param(request, "partition"))
+    if found is None:
+        raise ApiError.not_found(f"no document {key!r} from a file for tenant {tenant!r}", "id")
+    doc, data = found
+    headers = {
+        # the original is a download, never a page of this origin: a stored HTML file must not run as one
+        "Content-Disposition": f"attachment; filename*=UTF-8''{quote(doc.file.name, safe='')}",
+        "X-Content-Type-Options": "nosniff",
+        "Content-Security-Policy": "sandbox",
+        "ETag": f'"{doc.file.sha256}"',
+    }
+    return Response(data, media_type=MEDIA_TYPES.get(Format(doc.file.format), "application/octet-stream"),
+                    headers=headers)
+
+
+routes = [
+    Route("/v1/files", post_files, methods=["POST"], name="files"),
+    Route("/v1/documents/{id:path}/file", get_file, methods=["GET"], name="documents"),
+]

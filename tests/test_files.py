@@ -1,0 +1,170 @@
+"""Files over HTTP on a real server (real parsers in worker processes, real SQLite, real indexes): every format in
+one request with bad files among them, each answered on its own; pages and sections in search results; the
+original bytes back; hostile requests refused with a clear JSON error and nothing else changed."""
+from __future__ import annotations
+
+import json
+
+import httpx
+import pytest
+
+from hostile_files import (CMRC_FILES, SCIFACT_FILES, encrypted_pdf, many_parts_docx, png, scanned_pdf, truncated,
+                           zip_bomb_docx)
+from support import DATA, LiveServer, make_settings, write_keys
+
+MANIFEST = dict(line.split("\t")[1:] for line in (DATA / "scifact_files" / "manifest.tsv").read_text().splitlines()[1:])
+
+
+def _producer(name: str) -> str:
+    return MANIFEST[f"files/{name}"].strip()
+
+
+def _first(ext: str, producer: str | None = None, folder=SCIFACT_FILES):
+    return next(p for p in sorted(folder.glob(f"*.{ext}"))
+                if producer is None or _producer(p.name) == producer)
+
+
+GOOD = [_first("pdf", "libreoffice-pdf"), _first("pdf", "chromium-pdf"), _first("docx"), _first("html"),
+        _first("md"), _first("txt"), _first("pdf", folder=CMRC_FILES), _first("txt", folder=CMRC_FILES),
+        _first("docx", folder=CMRC_FILES)]
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory, models_dir):
+    data_dir = tmp_path_factory.mktemp("files")
+    keys_file, keys = write_keys(data_dir, ["acme", "other"])
+    settings = make_settings(data_dir, models_dir, admission_keys_file=str(keys_file), parse_max_file_bytes="2000000",
+                             parse_max_files_per_request="20", parse_max_upload_bytes="8000000")
+    with LiveServer(settings, api_key=keys["acme"]) as server:
+        server.keys = keys
+        yield server
+
+
+def _upload(client: httpx.Client, files: list[tuple[str, bytes]], **fields: str) -> httpx.Response:
+    return client.post("/v1/files", data={"partition": "docs", **fields},
+                       files=[("file", (name, data, "application/octet-stream")) for name, data in files])
+
+
+def _listing(client: httpx.Client, partition: str = "docs") -> dict[str, dict]:
+    reply = client.get("/v1/documents", params={"partition": partition})
+    return {d["id"]: d for d in reply.json()["documents"]} if reply.status_code == 200 else {}
+
+
+def test_every_format_in_one_request_bad_files_refused_one_by_one(live, tmp_path):
+    pdf = GOOD[0].read_bytes()
+    docx = GOOD[2].read_bytes()
+    bad = {"scan.pdf": scanned_pdf(), "locked.pdf": encrypted_pdf(pdf), "bomb.docx": zip_bomb_docx(1024),
+           "parts.docx": many_parts_docx(), "cut.docx": truncated(docx), "photo.png": png(),
+           "huge.txt": b"big " * 600_000}
+    with live.client() as c:
+        kept = c.post("/v1/documents", json={"partition": "docs", "documents": [
+            {"id": "note", "text": "The boiler restarts itself after a power cut."}]})
+        assert kept.status_code == 200
+        reply = _upload(c, [(p.name, p.read_bytes()) for p in GOOD] + list(bad.items()),
+                        metadata=json.dumps({"team": "lab"}))
+        listing = _listing(c)
+    assert reply.status_code == 200, reply.text
+    by_name = {f["file"]: f for f in reply.json()["files"]}
+    for path in GOOD:
+        assert by_name[path.name]["status"] == "created", by_name[path.name]
+        assert by_name[path.name]["chunks"] >= 1
+    errors = {name: by_name[name]["error"]["code"] for name in bad}
+    assert errors == {"scan.pdf": "no_text_layer", "locked.pdf": "encrypted", "bomb.docx": "too_large",
+                      "parts.docx": "too_large", "cut.docx": "corrupt_file", "photo.png": "unsupported_format",
+                      "huge.txt": "too_large"}
+    assert "OCR" in by_name["scan.pdf"]["error"]["message"]
+    assert by_name[GOOD[0].name]["format"] == "pdf" and by_name[GOOD[0].name]["pages"] >= 1
+    # nothing of a bad file was stored, and what was there before is still there
+    assert set(listing) == {"note"} | {p.name for p in GOOD}
+    assert listing["note"]["file"] is None
+    assert listing[GOOD[2].name]["file"]["format"] == "docx" and listing[GOOD[2].name]["metadata"] == {"team": "lab"}
+
+
+def test_search_results_cite_file_page_and_original_comes_back(live):
+    pdf = GOOD[1]
+    with live.client() as c:
+        assert _upload(c, [(pdf.name, pdf.read_bytes())]).status_code == 200
+        title = json.loads(next(line for line in (DATA / "scifact_files" / "corpus.jsonl").open()
+                                if json.loads(line)["_id"] == pdf.stem))["title"]
+        hits = c.post("/v1/search", json={"query": title, "partitions": ["docs"], "k": 3}).json()["results"]
+        original = c.get(f"/v1/documents/{pdf.name}/file")
+        other = c.get(f"/v1/documents/{pdf.name}/file", headers={"Authorization": f"Bearer {live.keys['other']}"})
+    top = hits[0]
+    assert top["document_id"] == pdf.name and top["file"] == pdf.name
+    assert top["page"] == 1 and top["citation"].startswith(f"{pdf.name}, p. 1")
+    assert top["title"] == title
+    assert original.status_code == 200 and original.content == pdf.read_bytes()
+    assert original.headers["content-type"] == "application/pdf"
+    assert original.headers["content-disposition"].startswith("attachment;")
+    assert other.status_code == 404, "another tenant's file is not found"
+
+
+def test_same_file_again_is_unchanged_changed_bytes_update_and_delete_drops_the_original(live):
+    name = "memo.md"
+    with live.client() as c:
+        first = _upload(c, [(name, b"# Memo\n\nThe pump is serviced every March.\n")], partition="memos")
+        again = _upload(c, [(name, b"# Memo\n\nThe pump is serviced every March.\n")], partition="memos")
+        changed = _upload(c, [(name, b"# Memo\n\nThe pump is serviced every October.\n")], partition="memos")
+        sha = changed.json()["files"][0]["sha256"]
+        blob = live.settings.files_dir / sha[:2] / sha
+        had_blob = blob.exists()
+        gone = c.delete(f"/v1/documents/{name}", params={"partition": "memos"})
+        after = c.get(f"/v1/documents/{name}/file")
+    assert [r.json()["files"][0]["status"] for r in (first, again, changed)] == ["created", "unchanged", "updated"]
+    assert first.json()["files"][0]["sha256"] != sha
+    assert not (live.settings.files_dir / first.json()["files"][0]["sha256"][:2]
+                / first.json()["files"][0]["sha256"]).exists(), "the replaced original is removed"
+    assert had_blob and gone.status_code == 200 and not blob.exists()
+    assert after.status_code == 404
+
+
+def test_a_request_whose_every_file_failed_says_why_with_the_right_status(live):
+    with live.client() as c:
+        unsupported = _upload(c, [("a.png", png()), ("b.bin", bytes(range(256)) * 8)], partition="none")
+        too_large = _upload(c, [("big.txt", b"x " * 1_100_000)], partition="none")
+        mixed = _upload(c, [("a.png", png()), ("scan.pdf", scanned_pdf())], partition="none")
+        listing = c.get("/v1/documents", params={"partition": "none"})
+    assert unsupported.status_code == 415 and "PDF (with a text layer)" in unsupported.json()["supported"]
+    assert too_large.status_code == 413 and too_large.json()["files"][0]["error"]["code"] == "too_large"
+    assert mixed.status_code == 422
+    assert listing.status_code == 404, "no partition was created for requests that stored nothing"
+
+
+@pytest.mark.parametrize("case", ["json_body", "no_boundary", "unknown_field", "field_as_file_name", "too_many_files",
+                                  "bad_metadata", "no_partition", "no_files", "declared_too_large",
+                                  "control_chars_in_name", "other_tenant"])
+def test_hostile_upload_requests_get_a_clear_error(live, case):
+    with live.client() as c:
+        before = _listing(c)
+        if case == "json_body":
+            reply = c.post("/v1/files", json={"partition": "docs"})
+        elif case == "no_boundary":
+            reply = c.post("/v1/files", content=b"--x\r\nnonsense", headers={"content-type": "multipart/form-data"})
+        elif case == "unknown_field":
+            reply = _upload(c, [("a.txt", b"hello there")], colour="blue")
+        elif case == "field_as_file_name":
+            reply = c.post("/v1/files", data={"partition": "docs"}, files=[("upload", ("a.txt", b"hi", "text/plain"))])
+        elif case == "too_many_files":
+            reply = _upload(c, [(f"f{i}.txt", b"hello") for i in range(21)])
+        elif case == "bad_metadata":
+            reply = _upload(c, [("a.txt", b"hello there")], metadata="{not json")
+        elif case == "no_partition":
+            reply = c.post("/v1/files", files=[("file", ("a.txt", b"hello", "text/plain"))])
+        elif case == "no_files":
+            reply = c.post("/v1/files", data={"partition": "docs"}, files=[("x", ("", b"", "text/plain"))])
+        elif case == "declared_too_large":
+            reply = c.post("/v1/files", content=b"x" * 8_000_001,
+                           headers={"content-type": "multipart/form-data; boundary=x"})
+        elif case == "control_chars_in_name":
+            body = (b'--B\r\nContent-Disposition: form-data; name="partition"\r\n\r\ndocs\r\n--B\r\n'
+                    b'Content-Disposition: form-data; name="file"; filename="a\x01b.txt"\r\n\r\nhello\r\n--B--\r\n')
+            reply = c.post("/v1/files", content=body, headers={"content-type": "multipart/form-data; boundary=B"})
+        else:
+            reply = _upload(c, [("a.txt", b"hello there")], tenant="other")
+        after = _listing(c)
+    expected = {"json_body": 415, "no_boundary": 400, "unknown_field": 422, "field_as_file_name": 422,
+                "too_many_files": 400, "bad_metadata": 422, "no_partition": 422, "no_files": 422,
+                "declared_too_large": 413, "control_chars_in_name": 422, "other_tenant": 403}[case]
+    assert reply.status_code == expected, reply.text
+    assert reply.json()["error"]["message"]
+    assert after == before, "a refused request changes nothing"

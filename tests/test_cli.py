@@ -184,3 +184,32 @@ def test_ingest_sync_mirrors_a_folder_and_reports_each_file(tmp_path, models_dir
     ids = {h["document_id"] for h in json.loads(found.stdout)["results"]}
     assert "sub/b.txt" not in ids and "a.md" in ids and ".hidden.txt" not in ids
     assert any("October" in h["text"] for h in json.loads(found.stdout)["results"])
+
+
+def test_ingest_sync_through_a_running_server(tmp_path, models_dir):
+    from hostile_files import SCIFACT_FILES, encrypted_pdf
+
+    folder = tmp_path / "share"
+    folder.mkdir()
+    (folder / "a.md").write_text("# Lighthouses\n\nKeepers logged every passing ship by hand.\n")
+    (folder / "b.txt").write_text("The boiler restarts itself after a power cut.")
+    (folder / "locked.pdf").write_bytes(encrypted_pdf(next(SCIFACT_FILES.glob("*.pdf")).read_bytes()))
+    with LiveServer(make_settings(tmp_path / "state", models_dir)) as live:
+        def sync() -> subprocess.CompletedProcess:
+            return cli("ingest", "--sync", "--tenant", "t", "--partition", "share", str(folder),
+                       data_dir=tmp_path / "unused", models_dir=models_dir, port=live.port)
+
+        with live.client() as c:
+            kept = c.post("/v1/documents", json={"tenant": "t", "partition": "share",
+                                                 "documents": [{"id": "typed", "text": "sent as text"}]})
+            first = sync()
+            (folder / "b.txt").unlink()
+            (folder / "locked.pdf").unlink()
+            second = sync()
+            listing = c.get("/v1/documents", params={"tenant": "t", "partition": "share"}).json()["documents"]
+    assert kept.status_code == 200
+    assert first.returncode == 1 and first.stdout.splitlines()[-1] == "2 created, 1 error", first.stdout
+    assert any(line.startswith("error     locked.pdf  encrypted:") for line in first.stdout.splitlines())
+    assert second.returncode == 0 and second.stdout.splitlines()[-1] == "1 deleted, 1 unchanged", second.stdout
+    assert [d["id"] for d in listing] == ["a.md", "typed"], "text documents are not mirrored away"
+    assert not (tmp_path / "unused").exists()

@@ -168,3 +168,56 @@ def test_hostile_upload_requests_get_a_clear_error(live, case):
     assert reply.status_code == expected, reply.text
     assert reply.json()["error"]["message"]
     assert after == before, "a refused request changes nothing"
+
+
+def test_an_answer_and_a_chat_completion_cite_file_and_page(llm_served):
+    """Real engines: the sources of an answer name the file and page its passages came from."""
+    live, _ = llm_served
+    pdf = GOOD[1]
+    title = json.loads(next(line for line in (DATA / "scifact_files" / "corpus.jsonl").open()
+                            if json.loads(line)["_id"] == pdf.stem))["title"]
+    with live.client(live.keys["other"]) as c:  # its own tenant: the other answer tests see nothing of it
+        stored = _upload(c, [(pdf.name, pdf.read_bytes())], partition="reports")
+        answer = c.post("/v1/ask", json={"question": f"What is known about this: {title}?", "model": "small",
+                                         "max_tokens": 8, "partitions": ["reports"]})
+        chat = c.post("/v1/chat/completions", json={"model": "small", "max_tokens": 8, "messages": [
+            {"role": "user", "content": f"What is known about this: {title}?"}]})
+    assert stored.status_code == 200, stored.text
+    assert answer.status_code == 200 and answer.json()["degraded"] is False, answer.text
+    for sources in (answer.json()["sources"], chat.json()["sources"]):
+        first = sources[0]
+        assert first["file"] == pdf.name and first["page"] == 1, first
+        assert first["citation"].startswith(f"{pdf.name}, p. 1")
+
+
+def test_a_parser_past_its_time_or_memory_is_stopped_and_the_server_goes_on(tmp_path, models_dir):
+    """Real limits on real parses: a big text file takes longer than parse.timeout_s, a big one needs more memory
+    than parse.max_memory_mib; each is refused on its own, the small file beside it is stored, and the next
+    request is parsed by a fresh worker."""
+    big = ("Lorem ipsum dolor sit amet, consectetur adipiscing elit. " * 300_000).encode()  # ~17 MB
+    small = b"# Boiler\n\nThe boiler restarts itself after a power cut.\n"
+    slow = make_settings(tmp_path / "slow", models_dir, parse_timeout_s="0.3", parse_max_memory_mib="0",
+                         parse_max_file_bytes="40000000", parse_max_upload_bytes="60000000")
+    tight = make_settings(tmp_path / "tight", models_dir, parse_max_memory_mib="32",
+                          parse_max_file_bytes="40000000", parse_max_upload_bytes="60000000")
+    replies = {}
+    for name, settings in (("slow", slow), ("tight", tight)):
+        with LiveServer(settings) as live, live.client() as c:
+            first = _upload(c, [("big.txt", big), ("small.md", small)], tenant="t")
+            then = _upload(c, [("after.md", small.replace(b"Boiler", b"Pump"))], tenant="t")
+            health = c.get("/healthz")
+            replies[name] = (first, then, health, _listing_of(c, "t"))
+    for name, code in (("slow", "parse_timeout"), ("tight", "parse_out_of_memory")):
+        first, then, health, listing = replies[name]
+        assert first.status_code == 200, first.text
+        by_name = {f["file"]: f for f in first.json()["files"]}
+        assert by_name["big.txt"]["error"]["code"] == code, by_name["big.txt"]
+        assert by_name["small.md"]["status"] == "created"
+        assert then.status_code == 200 and then.json()["files"][0]["status"] == "created"
+        assert health.status_code == 200
+        assert set(listing) == {"small.md", "after.md"}
+
+
+def _listing_of(client: httpx.Client, tenant: str) -> dict[str, dict]:
+    reply = client.get("/v1/documents", params={"partition": "docs", "tenant": tenant})
+    return {d["id"]: d for d in reply.json()["documents"]}

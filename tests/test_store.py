@@ -135,3 +135,33 @@ def test_tenant_usage_counts_partitions_documents_and_text_bytes_also_in_an_olde
     with sqlite3.connect(path) as db:  # as a store written before the column existed
         db.execute("ALTER TABLE documents DROP COLUMN text_bytes")
     assert Store(path).tenant_usage("t") == usage, "counted from the chunks when the column is added"
+
+
+def test_chunk_places_and_source_files_are_kept_and_an_older_store_gains_their_columns(tmp_path):
+    from appliance.store import Place, SourceFile
+
+    path = tmp_path / "s.sqlite3"
+    store = Store(path)
+    p = store.ensure_partition("t", "p")
+    source = SourceFile("report.pdf", "ab" * 32, "pdf", 1234, 3, 1)
+    filed = NewDocument(key="report.pdf", title="Report", text="one two", chunks=["one", "two"], content_hash="h",
+                        places=(Place(1, None, ("Intro",)), Place(2, 3, ("Results", "Tables"))), file=source)
+    store.upsert_documents(p.id, [filed, doc("plain", "just text")])
+    rows = {(c.doc_key, c.text): c for c in store.chunks(store.chunk_ids(p.id))}
+    assert rows[("report.pdf", "two")].place == Place(2, 3, ("Results", "Tables"))
+    assert rows[("report.pdf", "one")].file == "report.pdf" and rows[("plain", "just text")].place == Place()
+    assert [d.file for d in store.file_documents(p.id)] == [source]
+    assert store.file_referenced("ab" * 32) and not store.file_referenced("cd" * 32)
+    assert [d.key for d in store.list_documents(p.id, after="", limit=1)] == ["plain"]
+    assert [d.key for d in store.list_documents(p.id, after="plain")] == ["report.pdf"]
+    store.close()
+    with sqlite3.connect(path) as db:  # as a store written before files and places existed
+        db.execute("DROP INDEX documents_by_file")
+        for table, column in (("documents", "file_name"), ("documents", "file_sha256"), ("documents", "file_format"),
+                              ("documents", "file_size"), ("documents", "file_pages"),
+                              ("documents", "parser_version"), ("chunks", "page"), ("chunks", "page_end"),
+                              ("chunks", "section")):
+            db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    reopened = Store(path)
+    assert {c.place for c in reopened.chunks(reopened.chunk_ids(p.id))} == {Place()}
+    assert reopened.file_documents(p.id) == [] and reopened.count_documents(p.id) == 2

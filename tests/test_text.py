@@ -76,3 +76,40 @@ def test_full_width_text_normalises_to_half_width():
 def test_content_hash_distinguishes_fields():
     assert content_hash("a", "bc", "{}") != content_hash("ab", "c", "{}")
     assert content_hash("a", "b", "{}") == content_hash("a", "b", "{}")
+
+
+def test_chunks_keep_their_section_and_cut_at_a_page_break_when_near():
+    from appliance.config import ChunkSettings
+    from appliance.parse import Block
+    from appliance.text import chunk_blocks
+
+    limits = ChunkSettings(max_words=40, overlap_words=5, max_chars_cjk=100, overlap_chars_cjk=10, max_chars=2000)
+    sentence = "The pump valve is serviced every spring by the plant crew."  # 11 words
+    blocks = [Block(" ".join([sentence] * 3), page=1, section=("Pumps",)),  # 33 words: a page break near the end
+              Block(" ".join([sentence] * 2), page=2, section=("Pumps",)),
+              Block("A short tail.", page=2, section=("Pumps",)),
+              Block("Boilers restart after a power cut.", page=2, section=("Boilers", "Restarts")),
+              Block("Tiny foot.", page=2, section=("Valves",)),  # a short run at a page foot stays with what follows
+              Block(" ".join([sentence] * 2), page=3, section=("Valves",))]
+    chunks = chunk_blocks(blocks, limits)
+    assert [(c.page, c.page_end, c.section) for c in chunks] == [
+        (1, None, ("Pumps",)), (2, None, ("Pumps",)), (2, None, ("Boilers", "Restarts")), (2, 3, ("Valves",))]
+    assert chunks[0].text == " ".join([sentence] * 3), "cut at the page break, no overlap carried across it"
+    assert chunks[2].text == "Boilers restart after a power cut."
+    assert all(len(c.text.split()) <= 40 for c in chunks)
+
+
+def test_chunks_of_a_long_section_overlap_and_chinese_is_cut_by_characters():
+    from appliance.config import ChunkSettings
+    from appliance.parse import Block
+    from appliance.text import chunk_blocks
+
+    limits = ChunkSettings(max_words=20, overlap_words=5, max_chars_cjk=30, overlap_chars_cjk=5, max_chars=2000)
+    english = " ".join(f"Sentence number {i} says one thing." for i in range(12))
+    chinese = "".join(f"第{i}句话说明一件事。" for i in range(10))
+    chunks = chunk_blocks([Block(english, section=("A",)), Block(chinese, page=None, section=("B",))], limits)
+    english_chunks = [c for c in chunks if c.section == ("A",)]
+    chinese_chunks = [c for c in chunks if c.section == ("B",)]
+    assert len(english_chunks) > 2 and all(len(c.text.split()) <= 20 for c in english_chunks)
+    assert english_chunks[1].text.split()[:5] == english_chunks[0].text.split()[-5:], "overlap inside a section"
+    assert len(chinese_chunks) > 2 and all(len(c.text) <= 30 and " " not in c.text for c in chinese_chunks)

@@ -205,14 +205,14 @@ def scored_text(tool: str, title: str, body: str) -> str:
     return strip_markdown(body) if tool in MARKDOWN_TOOLS else body
 
 
-def squeeze(text: str) -> str:
-    return _SPACE.sub("", unicodedata.normalize("NFC", text))
+def squeeze(text: str, form: str = "NFC") -> str:
+    return _SPACE.sub("", unicodedata.normalize(form, text))
 
 
-def char_prf(reference: str, extracted: str) -> tuple[float, float, float]:
+def char_prf(reference: str, extracted: str, form: str = "NFC") -> tuple[float, float, float]:
     """Precision, recall and F1 of the two texts as multisets of characters, whitespace removed (NFC, nothing else:
-    a ligature glyph or a wrong decoding counts as a wrong character)."""
-    ref, hyp = Counter(squeeze(reference)), Counter(squeeze(extracted))
+    a ligature glyph or a wrong decoding counts as a wrong character; NFKC: ligatures and width variants folded)."""
+    ref, hyp = Counter(squeeze(reference, form)), Counter(squeeze(extracted, form))
     overlap = sum((ref & hyp).values())
     n_ref, n_hyp = sum(ref.values()), sum(hyp.values())
     p = overlap / n_hyp if n_hyp else 0.0
@@ -220,14 +220,19 @@ def char_prf(reference: str, extracted: str) -> tuple[float, float, float]:
     return p, r, (2 * p * r / (p + r) if p + r else 0.0)
 
 
-def order_ratio(reference: str, extracted: str) -> float:
+def order_ratio(reference: str, extracted: str) -> tuple[float, int]:
     """difflib SequenceMatcher.ratio over tokens (words, single CJK characters, punctuation marks), so whitespace
-    does not count but order, split or merged words and boilerplate do; the first ORDER_CAP tokens of each side."""
+    does not count but order, split or merged words and boilerplate do; the first ORDER_CAP tokens of each side.
+    Also: how many hyphenated words of the reference (`low-expression`) the extract has joined (`lowexpression`),
+    the mark of a line-end hyphen taken for a soft one."""
     a = _TOKEN.findall(unicodedata.normalize("NFC", reference))[:ORDER_CAP]
     b = _TOKEN.findall(unicodedata.normalize("NFC", extracted))[:ORDER_CAP]
     if not a and not b:
-        return 1.0
-    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+        return 1.0, 0
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    joined = sum(1 for op, i1, i2, j1, j2 in matcher.get_opcodes()
+                 if op == "replace" and "-" in a[i1:i2] and "".join(a[i1:i2]).replace("-", "") == "".join(b[j1:j2]))
+    return matcher.ratio(), joined
 
 
 # ---------------------------------------------------------------- step 1: fidelity and speed
@@ -268,11 +273,13 @@ def fidelity(cases: list[FileCase], repeats: int, log) -> dict:
         row = {"tool": name, "dataset": case.dataset, "group": case.group, "doc": case.doc_id, "bytes": len(case.data),
                "pages": case.pages, "seconds": best[name, i]}
         if isinstance(out, str):
-            row.update(failed=True, error=out, p=0.0, r=0.0, f1=0.0, order=0.0, chars=0)
+            row.update(failed=True, error=out, p=0.0, r=0.0, f1=0.0, f1_nfkc=0.0, order=0.0, joined=0, chars=0)
         else:
             text = scored_text(name, *out)
             p, r, f1 = char_prf(case.reference, text)
-            row.update(failed=False, p=p, r=r, f1=f1, order=order_ratio(case.reference, text), chars=len(squeeze(text)))
+            order, joined = order_ratio(case.reference, text)
+            row.update(failed=False, p=p, r=r, f1=f1, f1_nfkc=char_prf(case.reference, text, "NFKC")[2], order=order,
+                       joined=joined, chars=len(squeeze(text)))
         per_file.append(row)
     return {"files": len(cases), "repeats": repeats, "groups": summarise(per_file), "worst": worst_files(per_file),
             "errors": [{k: r[k] for k in ("tool", "dataset", "doc", "group", "error")} for r in per_file
@@ -293,7 +300,10 @@ def summarise(per_file: list[dict]) -> list[dict]:
             "failed": sum(r["failed"] for r in rows),
             "precision": statistics.fmean(r["p"] for r in rows), "recall": statistics.fmean(r["r"] for r in rows),
             "f1": statistics.fmean(r["f1"] for r in rows), "f1_min": min(r["f1"] for r in rows),
+            "f1_nfkc": statistics.fmean(r["f1_nfkc"] for r in rows),
             "order": statistics.fmean(r["order"] for r in rows), "order_min": min(r["order"] for r in rows),
+            "hyphens_joined": sum(r["joined"] for r in rows),
+            "files_below_0_95": sum(r["f1"] < 0.95 or r["order"] < 0.95 for r in rows),
             "seconds": seconds, "files_per_s": len(rows) / seconds if seconds else None,
             "mb_per_s": sum(r["bytes"] for r in rows) / 1e6 / seconds if seconds else None,
             "pages_per_s": pages / seconds if seconds and pages and all(r["pages"] for r in rows) else None,
@@ -452,7 +462,9 @@ def markdown(r: dict) -> str:
         f"- Machine: {m['cpu_model']}, SIMD flags: {', '.join(m['cpu_simd']) or 'none of avx2/avx512f/amx'}; "
         f"{m['cores']} cores ({m['cores_usable']} usable), {m['memory_gib']} GiB RAM, Python {m['python']}",
         f"- Load average (1, 5, 15 min) at start: {m['load_average_at_start']}, at end: {m['load_average_at_end']} "
-        "(anything else running on the box shows here)",
+        "(anything else running on the box shows here); per step, wall s (1-min load before -> after): "
+        + (", ".join(f"{k} {v['wall_s']} s ({v['load_before']} -> {v['load_after']})" for k, v in r["steps"].items())
+           or "none run"),
         "- Packages: " + ", ".join(f"{k} {v}" for k, v in m["packages"].items() if v),
         "- Data: `shared/data/scifact_files` (500 SciFact abstracts: PDF by LibreOffice and by Chromium, DOCX, HTML "
         "with site boilerplate, Markdown, UTF-8 text) and `shared/data/cmrc_files` (250 Chinese Wikipedia paragraphs: "
@@ -491,20 +503,24 @@ def _fidelity_section(fid: dict) -> list[str]:
         "",
         "- char P / R / F1: the extracted and the reference text as multisets of characters, all whitespace removed, "
         "NFC (nothing else: a ligature glyph such as `ﬂ`, a wrong decoding, boilerplate count as wrong characters); "
-        "mean over files. A failed file scores 0 everywhere.",
+        "mean over files. A failed file scores 0 everywhere. F1 NFKC: the same after NFKC on both sides (ligatures "
+        "and width variants folded), to tell glyph-level differences from lost or added text.",
         f"- order: difflib `SequenceMatcher.ratio()` over tokens (words, single CJK characters, punctuation marks; "
         f"first {ORDER_CAP} of each side), so whitespace does not count but reading order, split or merged words and "
-        "boilerplate do; mean over files (min in brackets).",
+        "boilerplate do; mean over files (min in brackets). < 0.95: files whose char F1 or order is below 0.95. "
+        "hyphens joined: hyphenated words of the reference (`low-expression`) that the extract has joined "
+        "(`lowexpression`): a line-end hyphen taken for a soft one.",
         "- files/s, MB/s, pages/s: files, input bytes, PDF pages over the summed per-file times, one thread.", "",
-        "| set | format (producer) | tool | files | failed | char P | char R | char F1 | order (min) | files/s | "
-        "MB/s | pages/s |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| set | format (producer) | tool | files | failed | char P | char R | char F1 | F1 NFKC | order (min) | "
+        "< 0.95 | hyphens joined | files/s | MB/s | pages/s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for g in fid["groups"]:
         group = f"**{g['group']}**" if g["group"] == "all formats" else g["group"]
         lines.append(f"| {g['dataset']} | {group} | {g['tool']} | {g['files']} | {g['failed']} | "
-                     f"{_f(g['precision'])} | {_f(g['recall'])} | {_f(g['f1'])} | {_f(g['order'])} "
-                     f"({_f(g['order_min'], 2)}) | {_rate(g['files_per_s'])} | {_rate(g['mb_per_s'])} | "
+                     f"{_f(g['precision'])} | {_f(g['recall'])} | {_f(g['f1'])} | {_f(g['f1_nfkc'])} | "
+                     f"{_f(g['order'])} ({_f(g['order_min'], 2)}) | {g['files_below_0_95']} | {g['hyphens_joined']} | "
+                     f"{_rate(g['files_per_s'])} | {_rate(g['mb_per_s'])} | "
                      f"{_rate(g['pages_per_s'])} |")
     lines += ["", "Ours against each peer (ratios ours / peer; F1 and order: above 1 means ours is closer to the "
               "reference; speed: above 1 means ours is faster). \"all formats\" for pypdf and pdfminer is PDF only.",
@@ -620,8 +636,26 @@ def _findings(r: dict) -> list[str]:
                 out.append(f"- {dataset} {group}: markitdown parses faster than ours "
                            f"({g['files_per_s']:.1f} vs {mine['files_per_s']:.1f} files/s).")
         for (dataset, group, tool), g in by_key.items():
-            if tool == "ours" and g["failed"]:
-                out.append(f"- {dataset} {group}: {g['failed']} of our parses failed.")
+            if group == "all formats":
+                continue
+            if g["failed"]:
+                out.append(f"- {dataset} {group}: {g['failed']} of {g['files']} {tool} parses failed.")
+            if g["f1_nfkc"] - g["f1"] > 0.001:
+                out.append(f"- {dataset} {group}: {tool}'s char F1 is {g['f1']:.3f} as is but {g['f1_nfkc']:.3f} "
+                           "after NFKC: its shortfall is ligature glyphs (ﬁ, ﬂ, ﬀ) or width variants, not lost text.")
+            if g["files_below_0_95"]:
+                out.append(f"- {dataset} {group}: {g['files_below_0_95']} {tool} extracts score below 0.95 "
+                           f"(lowest order {g['order_min']:.2f}).")
+            if g["hyphens_joined"]:
+                out.append(f"- {dataset} {group}: {tool} joined {g['hyphens_joined']} hyphenated words of the "
+                           "reference (a real hyphen at a line end taken for a soft one).")
+    steps = r.get("steps", {})
+    own = {"fidelity": 1}  # cores this benchmark keeps busy in a step (elsewhere: all, encoder and parsers)
+    busy = [f"{name} (1-min load {s['load_before']} -> {s['load_after']})" for name, s in steps.items()
+            if max(s["load_before"], s["load_after"]) > own.get(name, os.cpu_count() or 1) + 0.5]
+    if busy:
+        out.append(f"- The box was busier than this benchmark alone during: {', '.join(busy)}; other work competed "
+                   "for the cores, so the speeds there are on the low side.")
     return out
 
 
@@ -646,17 +680,25 @@ async def main(argv: list[str] | None = None) -> int:
     results: dict = {"meta": {**machine.machine_info(PACKAGES), "quick": args.quick}}
     cases = load_cases(args.quick)
     log(f"{len(cases)} files loaded ({sum(len(c.data) for c in cases) / 1e6:.1f} MB)")
+    steps = results["steps"] = {}
+
+    async def step(name: str, work):
+        before, t0 = round(os.getloadavg()[0], 2), time.perf_counter()
+        results[name] = await work
+        steps[name] = {"wall_s": round(time.perf_counter() - t0, 1), "load_before": before,
+                       "load_after": round(os.getloadavg()[0], 2)}
+
     if not args.skip_fidelity:
         log("step 1: fidelity and speed, per tool and format")
-        results["fidelity"] = await asyncio.to_thread(fidelity, cases, 1 if args.quick else args.repeats, log)
+        await step("fidelity", asyncio.to_thread(fidelity, cases, 1 if args.quick else args.repeats, log))
     if not args.skip_retrieval:
         log("step 2: retrieval from files vs from texts")
         encoders = [e.strip() for e in args.cmrc_encoders.split(",") if e.strip()]
-        results["retrieval"] = await retrieval(list(FOLDERS), encoders[:1] if args.quick else encoders,
-                                               cases if args.quick else None, log)
+        await step("retrieval", retrieval(list(FOLDERS), encoders[:1] if args.quick else encoders,
+                                          cases if args.quick else None, log))
     if not args.skip_ingest:
         log("step 3: ingest of all files end to end")
-        results["ingest"] = await ingest(cases, log)
+        await step("ingest", ingest(cases, log))
     machine.write_results(args.out, results, markdown, started, judge, log)
     return 0
 

@@ -261,7 +261,7 @@ def operations(settings: Settings) -> list[Operation]:
 
 
 def files_upload() -> dict[str, Any]:
-    return {"type": "object", "required": ["partition", "file"], "properties": {
+    return {"type": "object", "required": ["partition", "file"], "additionalProperties": False, "properties": {
         "tenant": {"type": "string", "pattern": NAME_PATTERN, "description": "Default: the API key's tenant."},
         "partition": {"type": "string", "pattern": NAME_PATTERN, "description": "Created on first use."},
         "kind": {"type": "string", "pattern": NAME_PATTERN, "description": "Document type of a new partition."},

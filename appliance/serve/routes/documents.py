@@ -58,22 +58,26 @@ async def list_documents(request: Request) -> JSONResponse:
     partition = name_param(request, "partition")
     if partition is None:
         raise ApiError.invalid("is required", "partition")
-    after = request.query_params.get("after", "")
-    if after:
+    after = request.query_params.get("after")
+    if after is not None:
         validate(after, DOCUMENT_ID, "after")
     limit = request.query_params.get("limit", "100")
     if not limit.isdigit() or not 1 <= int(limit) <= 1000:
         raise ApiError.invalid("must be a whole number from 1 to 1000", "limit")
-    docs = await asyncio.to_thread(library.list_documents, tenant, partition, after, int(limit))
+    docs = await asyncio.to_thread(library.list_documents, tenant, partition, after or "", int(limit))
     if docs is None:
         raise ApiError.not_found(f"no partition {partition!r} for tenant {tenant!r}", "partition")
     return JSONResponse({"documents": [document_json(d) for d in docs],
                          "next": docs[-1].key if len(docs) == int(limit) else None})
 
 
+async def documents(request: Request) -> JSONResponse:
+    # one route per path, so that a 405 lists every method the path has (Allow)
+    return await (post_documents(request) if request.method == "POST" else list_documents(request))
+
+
 routes = [
-    Route("/v1/documents", list_documents, methods=["GET"], name="documents"),
-    Route("/v1/documents", post_documents, methods=["POST"], name="documents"),
+    Route("/v1/documents", documents, methods=["GET", "POST"], name="documents"),
     # {id:path}: a client's document id may contain "/"
     Route("/v1/documents/{id:path}", delete_document, methods=["DELETE"], name="documents"),
 ]

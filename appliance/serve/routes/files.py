@@ -46,8 +46,11 @@ async def post_files(request: Request) -> JSONResponse:
         raise ApiError.quota_exceeded(str(exc), exc.field) from None
     body = files_json(result)
     if not result.stored:
-        statuses = {_STATUS.get(f.error.code, 422) for f in result.files if f.error is not None}
-        status = statuses.pop() if len(statuses) == 1 else 422
+        codes = {str(f.error.code) for f in result.files if f.error is not None}
+        status = _STATUS.get(next(iter(codes)), 422) if len(codes) == 1 else 422
+        body["error"] = {"code": codes.pop() if len(codes) == 1 else "files_rejected",
+                         "message": "no file was stored: " + "; ".join(
+                             f"{f.name}: {f.error.message}" for f in result.files if f.error is not None)[:2000]}
         if status == 415:
             body["supported"] = SUPPORTED
         return JSONResponse(body, status_code=status)

@@ -16,7 +16,7 @@ from typing import Any
 
 from .config import ChunkSettings
 from .library import IngestResult, Library
-from .parse import PARSER_VERSION, ParsedDocument, ParseError, ParseErrorCode, ParserPool
+from .parse import PARSER_VERSION, ParsedDocument, ParseError, ParseErrorCode, ParserPool, PoolStats
 from .store import FileDocument, NewDocument, Place, SourceFile
 from .store.blobs import sha256_of
 from .text import chunk_blocks, content_hash
@@ -155,6 +155,9 @@ class FileIngester:
             key=f.key, title=title, text=parsed.text, chunks=[c.text for c in chunks] or [title],
             content_hash=_file_hash(f, digest), source=f.source, metadata=f.metadata or {}, time=f.time,
             places=tuple(Place(c.page, c.page_end, c.section) for c in chunks) or (Place(),), file=source)
+
+    def parser_stats(self) -> PoolStats:
+        return self.parser.stats()
 
     # -- stored files ------------------------------------------------------------------------------------------
 

@@ -213,3 +213,29 @@ def test_ingest_sync_through_a_running_server(tmp_path, models_dir):
     assert second.returncode == 0 and second.stdout.splitlines()[-1] == "1 deleted, 1 unchanged", second.stdout
     assert [d["id"] for d in listing] == ["a.md", "typed"], "text documents are not mirrored away"
     assert not (tmp_path / "unused").exists()
+
+
+def test_eval_retrieval_reads_a_folder_of_files_through_the_parsers(tmp_path, models_dir):
+    source = DATA / "scifact_files"
+    qrels = [line.split("\t") for line in (source / "qrels" / "test.tsv").read_text().splitlines()[1:]]
+    files = sorted((source / "files").iterdir())[:60]
+    stems = {p.stem for p in files}
+    judged = [row for row in qrels if row[1] in stems]
+    folder = tmp_path / "beir"
+    (folder / "files").mkdir(parents=True)
+    (folder / "qrels").mkdir()
+    for path in files:
+        (folder / "files" / path.name).symlink_to(path)
+    (folder / "corpus.jsonl").write_text("".join(line + "\n" for line in (source / "corpus.jsonl").read_text()
+                                                 .splitlines() if json.loads(line)["_id"] in stems))
+    wanted = {row[0] for row in judged}
+    (folder / "queries.jsonl").write_text("".join(line + "\n" for line in (source / "queries.jsonl").read_text()
+                                                  .splitlines() if json.loads(line)["_id"] in wanted))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join("\t".join(r) + "\n"
+                                                                                       for r in judged))
+    done = cli("eval", "retrieval", "--data", str(folder), "--json", data_dir=tmp_path / "state",
+               models_dir=models_dir, port=free_port())
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["files"] == 60 and report["files_failed"] == 0
+    assert report["queries"] == len(wanted) and report["ndcg@10"] > 0.5

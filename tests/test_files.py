@@ -206,7 +206,10 @@ def test_a_parser_past_its_time_or_memory_is_stopped_and_the_server_goes_on(tmp_
             first = _upload(c, [("big.txt", big), ("small.md", small)], tenant="t")
             then = _upload(c, [("after.md", small.replace(b"Boiler", b"Pump"))], tenant="t")
             health = c.get("/healthz")
+            metrics = c.get("/metrics").text
             replies[name] = (first, then, health, _listing_of(c, "t"))
+        stopped = "appliance_parser_timeouts 1.0" if name == "slow" else "appliance_parser_out_of_memory 1.0"
+        assert stopped in metrics and "appliance_parser_jobs 3.0" in metrics, metrics
     for name, code in (("slow", "parse_timeout"), ("tight", "parse_out_of_memory")):
         first, then, health, listing = replies[name]
         assert first.status_code == 200, first.text
@@ -221,3 +224,32 @@ def test_a_parser_past_its_time_or_memory_is_stopped_and_the_server_goes_on(tmp_
 def _listing_of(client: httpx.Client, tenant: str) -> dict[str, dict]:
     reply = client.get("/v1/documents", params={"partition": "docs", "tenant": tenant})
     return {d["id"]: d for d in reply.json()["documents"]}
+
+
+def test_reindex_parses_kept_files_again_when_the_parser_is_newer(tmp_path, models_dir, monkeypatch):
+    """The original bytes are kept: a newer parser (PARSER_VERSION bumped) reads them again on `reparse`; the
+    same parser does only when forced."""
+    import appliance.file_ingest as file_ingest
+    from appliance.file_ingest import FileInput
+    from appliance.wiring import open_services
+    from support import run
+
+    pdf, md = GOOD[0], GOOD[4]
+
+    async def scenario():
+        async with open_services(make_settings(tmp_path, models_dir), warm_up=False, generation=False) as services:
+            files = [FileInput(p.name, p.read_bytes()) for p in (pdf, md)]
+            first = await services.files.ingest("t", "docs", files)
+            same = await services.files.reparse("t")
+            monkeypatch.setattr(file_ingest, "PARSER_VERSION", file_ingest.PARSER_VERSION + 1)
+            newer = await services.files.reparse("t")
+            forced = await services.files.reparse("t", force=True)
+            listing = services.library.list_documents("t", "docs")
+            return first, same, newer, forced, listing
+
+    first, same, newer, forced, listing = run(scenario())
+    assert [f.status for f in first.files] == ["created", "created"]
+    assert same == [], "nothing to do while the parser is the same"
+    assert [f.status for f in newer[0].files] == ["updated", "updated"]
+    assert [f.status for f in forced[0].files] == ["updated", "updated"]
+    assert {d.file.parser_version for d in listing} == {file_ingest.PARSER_VERSION}

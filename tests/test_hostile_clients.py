@@ -199,6 +199,46 @@ def test_a_flood_of_2mb_json_bodies_stalls_no_one(hostile):
         assert c.post("/v1/search", json={"tenant": NORMAL, "query": "XK-4471"}).status_code == 200
 
 
+def _multipart(files: list[tuple[str, bytes]], partition: str = "uploads") -> tuple[bytes, dict]:
+    parts = [b'--B\r\nContent-Disposition: form-data; name="tenant"\r\n\r\n' + HOSTILE.encode() + b"\r\n",
+             b'--B\r\nContent-Disposition: form-data; name="partition"\r\n\r\n' + partition.encode() + b"\r\n"]
+    parts += [b'--B\r\nContent-Disposition: form-data; name="file"; filename="' + name.encode() + b'"\r\n\r\n'
+              + data + b"\r\n" for name, data in files]
+    return b"".join(parts) + b"--B--\r\n", {"content-type": "multipart/form-data; boundary=B"}
+
+
+def _hostile_uploads() -> list[dict]:
+    from hostile_files import SCIFACT_FILES, truncated, zip_bomb_docx
+
+    nav = "".join(f'<li><a href="/p{i}">Link {i}</a></li>' for i in range(40_000))  # ~1.3 MB of boilerplate
+    page = (f"<html><body><nav><ul>{nav}</ul></nav><main><h1>Valves</h1><p>Valve V-{{n}} opens at 3 bar.</p>"
+            f"</main></body></html>")
+    pdf = next(SCIFACT_FILES.glob("*.pdf")).read_bytes()
+    uploads = [_multipart([(f"page{n}.html", page.replace("{n}", str(n)).encode())]) for n in range(3)]
+    uploads += [_multipart([("bomb.docx", zip_bomb_docx(1024)), ("cut.pdf", truncated(pdf))])]
+    malformed = (b"--B\r\nContent-Disposition: form-data; name=\"file\"; filename=\"x.txt\"\r\n\r\n"
+                 + b"x" * MB2)  # never closed
+    uploads += [(malformed, {"content-type": "multipart/form-data; boundary=B"})]
+    return [_request("POST", "/v1/files", body, headers) for body, headers in uploads]
+
+
+def test_a_flood_of_uploads_to_parse_stalls_no_one(hostile):
+    """Multipart bodies of megabytes: boilerplate-heavy pages the parsers must read through, zip bombs, truncated
+    PDFs and a body that never ends; the normal client does not notice."""
+    replies = under_attack(hostile, _hostile_uploads())
+    statuses = {r["status"] for r in replies}
+    assert statuses <= {200, 202, 400, 413, 422}, statuses  # 202: stored, another upload's build still running
+    assert 200 in statuses and (413 in statuses or 422 in statuses), statuses
+    for reply in replies:
+        if reply["status"] != 200:
+            _error(reply)
+    with hostile.client() as c:
+        listing = c.get("/v1/documents", params={"tenant": HOSTILE, "partition": "uploads"}).json()["documents"]
+        hits = c.post("/v1/search", json={"tenant": HOSTILE, "query": "valve opens at 3 bar", "k": 1}).json()
+    assert {d["id"] for d in listing} <= {"page0.html", "page1.html", "page2.html"}, "bad files stored nothing"
+    assert hits["results"][0]["text"].startswith("Valve V-") and "Link" not in hits["results"][0]["text"]
+
+
 def test_megabyte_passages_and_routing_stay_off_the_event_loop(hostile):
     tokenizer = hostile.tokenizer.watch
     router = hostile.router.watch if hostile.router is not None else Watched()
@@ -263,6 +303,8 @@ FOREIGN = [  # (method, path, headers, the header the error names)
     ("GET", "/openapi.json", {"Host": "127.0.0.1.evil.example"}, "Host"),
     ("POST", "/v1/search", {"Host": "rebound.example", **JSON}, "Host"),
     ("POST", "/v1/documents", {"Origin": "http://evil.example", **JSON}, "Origin"),
+    ("POST", "/v1/files", {"Origin": "http://evil.example", "content-type": "multipart/form-data; boundary=x"},
+     "Origin"),  # what a cross-site form upload sends
     ("POST", "/v1/ask", {"Origin": "null", **JSON}, "Origin"),
     ("GET", "/v1/partitions?tenant=normal", {"Origin": "https://localhost.evil.example"}, "Origin"),
 ]

@@ -8,7 +8,7 @@ from .detect import detect_format
 from .document import (MEDIA_TYPES, PARSER_VERSION, Block, Format, ParsedDocument, ParseError, ParseErrorCode,
                        ParseLimits)
 from .dispatch import parse_bytes
-from .pool import ParserPool
+from .pool import ParserPool, PoolStats
 
 __all__ = ["Block", "Format", "MEDIA_TYPES", "PARSER_VERSION", "ParsedDocument", "ParseError", "ParseErrorCode",
-           "ParseLimits", "ParserPool", "detect_format", "parse_bytes"]
+           "ParseLimits", "ParserPool", "PoolStats", "detect_format", "parse_bytes"]

@@ -20,6 +20,7 @@ from starlette.middleware import Middleware
 
 from .. import wiring
 from ..config import Settings
+from ..parse import PoolStats
 from .admission import Admission, Gate, TokenBuckets
 from .bodies import BodyParser, BodySpecs
 from .edge import BootState, Edge, Phase
@@ -105,6 +106,7 @@ async def _boot(app: Starlette, edge: Edge, stack: contextlib.AsyncExitStack, op
         log.exception("boot failed")
         return
     edge.metrics.attach_engines(services.engines.status)
+    _parser_gauges(edge.metrics, services.files.parser_stats)
     services.engines.on_sample(edge.metrics.engine_sample)
     app.state.services = services
     # What the boot loaded lives as long as the process: keep it out of the collector's full passes, which walk
@@ -113,3 +115,13 @@ async def _boot(app: Starlette, edge: Edge, stack: contextlib.AsyncExitStack, op
     app.state.boot = BootState(Phase.READY)
     log.info("serving on %s:%d (boot %.1f s)", edge.settings.server.host, edge.settings.server.port,
              time.perf_counter() - started)
+
+
+def _parser_gauges(metrics: Metrics, stats: Callable[[], PoolStats]) -> None:
+    """The parser workers, read at every scrape: how busy, and how often a file had to be stopped."""
+    for name, help in (("workers", "parser worker processes"), ("busy", "parser workers parsing a file"),
+                       ("waiting", "files waiting for a parser worker"), ("jobs", "files parsed, any outcome"),
+                       ("timeouts", "files stopped past parse.timeout_s"),
+                       ("out_of_memory", "files stopped past parse.max_memory_mib"),
+                       ("crashes", "parser processes that died"), ("restarts", "parser workers replaced")):
+        metrics.set_gauge_source(f"appliance_parser_{name}", help, lambda name=name: getattr(stats(), name))

@@ -1,6 +1,8 @@
-"""Where model folders live: one rule for every layer (the build writes there; encoders, router and engines read)."""
+"""Where model folders live: one rule for every layer (the build writes there; encoders, router and engines read);
+and making a folder's new entries durable."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -21,3 +23,12 @@ def checkpoint_folder(models_dir: Path, name: str) -> Path:
             return folder.resolve()
     raise ModelNotFound(f"model {name!r}: no checkpoint (config.json) in {' or '.join(map(str, candidates))}; "
                         "run `appliance models build`")
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename or new file in `folder` durable (the folder's entry list, not only the file's bytes)."""
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -23,6 +23,7 @@ import numpy as np
 from usearch.index import Index
 
 from ..config import IndexSettings
+from ..paths import fsync_dir
 from ..store import Place
 from .snapshot import CURRENT, FORMAT, PartitionSnapshot, current_version, quantize, shard_files
 
@@ -79,7 +80,7 @@ def build_version(partition_dir: Path, partition_id: int, store_version: int, en
         _fsync_tree(tmp)
         final = partition_dir / name
         os.rename(tmp, final)
-        _fsync_dir(partition_dir)
+        fsync_dir(partition_dir)
         _point_current(partition_dir, name)
     except BaseException:
         # A full disk (or any failure) must not leave files behind: this build's folder, shards and .part files go;
@@ -205,7 +206,7 @@ def _write_token_refs(tmp: Path, partition_dir: Path, previous, old_rows, added:
         for target, array in zip(shard_files(tokens, shard), (np.concatenate([c for c, _ in pieces]),
                                                                 np.concatenate([s for _, s in pieces]))):
             _publish(target, array)
-        _fsync_dir(tokens)
+        fsync_dir(tokens)
         shards.append(shard)
     _save(tmp / "token_refs.npy", refs.reshape(-1, 3).astype(np.int64))
     return shards
@@ -303,7 +304,7 @@ def _point_current(partition_dir: Path, name: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, partition_dir / CURRENT)
-    _fsync_dir(partition_dir)
+    fsync_dir(partition_dir)
 
 
 def _fsync_tree(folder: Path) -> None:
@@ -315,12 +316,4 @@ def _fsync_tree(folder: Path) -> None:
             finally:
                 os.close(fd)
     for path in [folder, *[p for p in folder.rglob("*") if p.is_dir()]]:
-        _fsync_dir(path)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fsync_dir(path)

@@ -13,6 +13,8 @@ import re
 import uuid
 from pathlib import Path
 
+from ..paths import fsync_dir
+
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -47,7 +49,7 @@ class BlobStore:
         except BaseException:
             tmp.unlink(missing_ok=True)  # a full disk leaves nothing half-written behind
             raise
-        _fsync_dir(final.parent)
+        fsync_dir(final.parent)
         return digest
 
     def read(self, sha256: str) -> bytes:
@@ -58,11 +60,3 @@ class BlobStore:
 
     def discard(self, sha256: str) -> None:
         self.path(sha256).unlink(missing_ok=True)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

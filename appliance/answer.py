@@ -8,15 +8,17 @@ gets what the documents say.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from .config import GenerateSettings, RouterSettings
-from .generate import EngineDown, EngineSet, Passage, Router, TextEngine, build_prompt
+from .config import ConversationSettings, GenerateSettings, RouterSettings
+from .generate import EngineDown, EngineSet, Passage, Router, TextEngine, build_prompt, recent_history
+from .generate.repetition import repeated_tail
 from .retrieve import Hit, PartitionFilter, Retriever, SearchResult
-from .text import normalise_question
+from .text import Turn, normalise_question
 from .timings import Stage, Timings, ms_since
 
 AUTO = "auto"
@@ -24,13 +26,28 @@ AUTO = "auto"
 
 @dataclass(slots=True)
 class AskRequest:
-    question: str
+    question: str  # what is searched, routed and cached by: the standalone question once the stage has run
     where: PartitionFilter
     model: str = AUTO  # "auto" (the router picks) or an engine role
     max_tokens: int | None = None
     task: str = "cited"
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     timeout_s: float | None = None  # the answer's deadline from arrival; None: the server's request_timeout_s
+    history: tuple[Turn, ...] = ()  # earlier turns of the conversation, oldest first
+    system: str = ""  # the client's own system message (shown after ours)
+    asked: str | None = None  # the question as the user put it, when `question` is its standalone form
+
+    @property
+    def prompt_question(self) -> str:
+        return self.asked if self.asked is not None else self.question
+
+    def context_key(self) -> str:
+        """What besides the question shapes the prompt: "" for a lone question; else a digest of the history and
+        the client's system message (an answer that depends on them is cached under them)."""
+        if not self.history and not self.system:
+            return ""
+        parts = [self.system, self.prompt_question, *(f"{t.role}:{t.text}" for t in self.history)]
+        return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()[:32]
 
 
 @dataclass(slots=True)
@@ -79,6 +96,7 @@ class Sources:
     sources: list[Source]
     partitions: list[str]
     route: Route
+    standalone_question: str | None = None  # what was searched, when the question was a follow-up
 
 
 @dataclass(slots=True)
@@ -109,9 +127,10 @@ Event = Sources | Token | Done | Failed
 
 class Answerer:
     def __init__(self, retriever: Retriever, engines: EngineSet, router: Router | None, generate: GenerateSettings,
-                 routing: RouterSettings, deadline_s: float = 3600.0):
+                 routing: RouterSettings, deadline_s: float = 3600.0,
+                 conversation: ConversationSettings = ConversationSettings()):
         self.retriever, self.engines, self.router = retriever, engines, router
-        self.generate, self.routing = generate, routing
+        self.generate, self.routing, self.conversation = generate, routing, conversation
         self.deadline_s = deadline_s  # from the request's arrival to its last token
 
     async def ask(self, req: AskRequest) -> AsyncIterator[Event]:
@@ -162,9 +181,7 @@ class Answerer:
         # room for the system prefix and the question beside the passages and the answer
         budget = max(0, min(engine.limits.context_tokens, engine.limits.max_model_len - max_tokens - 400))
         # tokenising the passages (each cut to what the budget can hold) is CPU work: off the event loop
-        prompt = await asyncio.to_thread(build_prompt, engine.tokenizer, req.task, self.generate.concise,
-                                         _passages(result.hits), req.question,
-                                         budget)
+        prompt = await asyncio.to_thread(self._prompt, engine, req, result, budget)
         timings.since(Stage.PROMPT, t)
         t = time.perf_counter()
         parts: list[str] = []
@@ -186,6 +203,9 @@ class Answerer:
                 if delta.text:
                     parts.append(delta.text)
                     yield Token(delta.text)
+                    if (cut := repeated_tail("".join(parts[-200:]))) is not None:  # a loop: stop it here
+                        parts, finish = [_cut("".join(parts), cut, "".join(parts[-200:]))], "repetition"
+                        break
         except EngineDown as exc:
             self.engines.report_dead(engine)
             if last is not None:
@@ -217,8 +237,21 @@ class Answerer:
         async for event in self._generate(req, pick.engine, route, result, timings, started):
             yield event
 
+    def _prompt(self, engine: TextEngine, req: AskRequest, result: SearchResult, budget: int):
+        """Passages, the recent history (its tokens taken from the passages' budget) and the question."""
+        c = self.conversation
+        history = recent_history(engine.tokenizer, req.history, c.history_turns, min(c.history_tokens, budget // 2))
+        used = sum(len(engine.tokenizer.encode(t.text, add_special_tokens=False)) + 4 for t in history)
+        return build_prompt(engine.tokenizer, req.task, self.generate.concise, _passages(result.hits),
+                            req.prompt_question, max(0, budget - used), history, req.system)
+
     def _default_max_tokens(self, task: str) -> int:
         return self.generate.max_tokens_concise if task == "concise" else self.generate.max_tokens_cited
+
+
+def _cut(text: str, cut: int, tail: str) -> str:
+    """The answer up to the first occurrence of its repeated tail (`cut` is an index into `tail`, its end)."""
+    return text[:len(text) - len(tail) + cut].rstrip()
 
 
 def sources_of(hits: list[Hit]) -> list[Source]:

@@ -33,7 +33,8 @@ class CachedAnswerer:
         started = time.perf_counter()
         timings = Timings()
         versions = self._versions(req.where)
-        scope = f"{PROMPT_VERSION}|{req.model}|{req.task}|{req.max_tokens}"
+        context = req.context_key()  # a follow-up's answer depends on its conversation: cached under it
+        scope = f"{PROMPT_VERSION}|{req.model}|{req.task}|{req.max_tokens}|{context}"
         key = answer_key(req.question, req.where.tenant, versions, scope)
         t = time.perf_counter()
         cached = await asyncio.to_thread(self._exact_get, key, req.where.tenant)
@@ -52,9 +53,10 @@ class CachedAnswerer:
             t = time.perf_counter()
             query = await self.retriever.encode(req.question, req.where.tenant)
             timings.since(Stage.ENCODE, t)
-            if self.semantic is not None:
+            semantic = self.semantic if not context else None  # a paraphrase match ignores the conversation
+            if semantic is not None:
                 t = time.perf_counter()
-                found = await asyncio.to_thread(self.semantic.lookup, req.where.tenant, scope, req.question,
+                found = await asyncio.to_thread(semantic.lookup, req.where.tenant, scope, req.question,
                                                 query.dense, versions, query.tokens, query.unknown)
                 timings.since(Stage.SEMANTIC_CACHE, t)
                 if found.hit is not None:
@@ -86,7 +88,7 @@ class CachedAnswerer:
                 and bool(done.text.strip()))
 
     def _fill(self, key: str, req: AskRequest, scope: str, query, versions: dict[str, int], payload: dict) -> None:
-        if self.semantic is not None:
+        if self.semantic is not None and not req.context_key():
             entry_id = self.semantic.store(req.where.tenant, scope, req.question, query.dense, versions, payload,
                                            query.tokens, query.unknown)
             if entry_id is not None:  # None: a question its encoder cannot represent has no semantic entry

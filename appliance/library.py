@@ -117,8 +117,12 @@ class Library:
             replaced = await asyncio.to_thread(self.store.file_documents, record.id, [d.key for d in prepared])
             for sha256, data in (files or {}).items():
                 await asyncio.to_thread(self.blobs.put, data, sha256)
-            written = await asyncio.to_thread(self.store.upsert_documents, record.id, prepared)
-            await asyncio.to_thread(self._discard_files, [d.file.sha256 for d in replaced])
+            try:
+                written = await asyncio.to_thread(self.store.upsert_documents, record.id, prepared)
+            except BaseException:  # not stored (a full disk): the files written for it go too
+                await asyncio.to_thread(self._discard_files, list(files or {}))
+                raise
+            await asyncio.to_thread(self._discard_files, [d.file.sha256 for d in replaced if d.file])
         indexer = self._refresh_record(record.id)
         indexed, error = await self._index(indexer, written.version, wait, wait_timeout_s)
         return IngestResult(tenant, partition, written.version, indexed, written.documents, error)
@@ -137,7 +141,7 @@ class Library:
             async with self._admit_lock:
                 files = await asyncio.to_thread(self.store.file_documents, record.id, [key])
                 written = await asyncio.to_thread(self.store.delete_documents, record.id, [key])
-                await asyncio.to_thread(self._discard_files, [d.file.sha256 for d in files])
+                await asyncio.to_thread(self._discard_files, [d.file.sha256 for d in files if d.file])
             indexer = self._refresh_record(record.id)
             indexed, error = await self._index(indexer, written.version, wait, wait_timeout_s)
             results.append(IngestResult(tenant, record.name, written.version, indexed, written.documents, error))

@@ -10,6 +10,7 @@ from enum import StrEnum
 
 
 class Stage(StrEnum):
+    REWRITE = "rewrite"  # a follow-up made standalone (rewritten by an engine, or expanded)
     EXACT_CACHE = "exact_cache"
     ENCODE = "encode"
     SEMANTIC_CACHE = "semantic_cache"

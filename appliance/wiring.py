@@ -33,6 +33,7 @@ from .library import Library, QuotaExceeded
 from .parse import ParseLimits, ParserPool
 from .paths import model_folder
 from .retrieve import HybridSearcher, PartitionFilter, Retriever
+from .standalone import FollowUpAnswers, StandaloneQuestions
 from .store import BlobStore, Store
 from .text import BM25Tokenizer, markdown_title
 from .timings import ms_since
@@ -104,7 +105,8 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
         retriever = Retriever(library, batcher, tokenizer, HybridSearcher(s.retrieve, executor),
                               caches.embeddings if caches else None, s.retrieve.default_k)
         engines, router = await _open_engines(s, stack, s.generate.enabled if generation is None else generation)
-        answerer = Answerer(retriever, engines, router, s.generate, s.router, s.server.request_timeout_s)
+        answerer = Answerer(retriever, engines, router, s.generate, s.router, s.server.request_timeout_s,
+                            s.conversation)
         answers: Answers = answerer
         semantic = caches.semantic if caches else None
         if caches:
@@ -113,6 +115,7 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
                                      s.generate.temperature == 0)
             if semantic is not None:  # entries that used an older version of a partition can never be served
                 library.on_version(lambda p, version: semantic.invalidate(p.tenant, p.name, version))
+        answers = FollowUpAnswers(answers, StandaloneQuestions(engines, s.conversation))
         warm = await _warm_up(s, retriever, library, engines) if warm_up else {}
         boot = BootReport(ms_since(started), warm)
         log.info("ready in %.0f ms: %d partitions", boot.boot_ms, len(library.partitions()))

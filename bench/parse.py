@@ -32,7 +32,7 @@ import tempfile
 import time
 import unicodedata
 from collections import Counter, defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -177,8 +177,8 @@ _CJK = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _TOKEN = re.compile(f"[{_CJK}]|[^\\W{_CJK}]+|[^\\w\\s]")  # a word, one CJK character, or one punctuation mark
 _MD_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _MD_HEADING = re.compile(r"^[ \t]{0,3}#{1,6}[ \t]+", re.M)
-_MD_RULE = re.compile(r"^[ \t]*(?:[-*_][ \t]*){3,}$|^[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*$",
-                      re.M)
+_MD_RULE = re.compile(r"^[ \t]*(?:[-*_][ \t]*){3,}$"  # a thematic break
+                      r"|^[ \t]*\|?[ \t]*:?-{3,}:?[ \t]*(?:\|[ \t]*:?-{3,}:?[ \t]*)*\|?[ \t]*$", re.M)  # table rule
 _MD_BULLET = re.compile(r"^[ \t]*[-*+][ \t]+", re.M)
 _MD_EMPHASIS = re.compile(r"\*\*|__")
 _MD_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|<>~])")
@@ -237,7 +237,35 @@ def order_ratio(reference: str, extracted: str) -> tuple[float, int]:
 
 # ---------------------------------------------------------------- step 1: fidelity and speed
 
+class NoNetwork:
+    """Every outgoing connection attempt in this process refused and counted while the tools run: all of them must
+    work offline (markitdown's converters, magika's bundled model)."""
+
+    def __enter__(self):
+        import socket
+
+        self.attempts: list[str] = []
+        self._socket, self._saved = socket.socket, (socket.socket.connect, socket.socket.connect_ex)
+
+        def refuse(sock, address, *_):
+            self.attempts.append(repr(address)[:100])
+            raise OSError("network disabled by bench/parse.py")
+        socket.socket.connect = socket.socket.connect_ex = refuse
+        return self
+
+    def __exit__(self, *exc_info):
+        self._socket.connect, self._socket.connect_ex = self._saved
+
+
 def fidelity(cases: list[FileCase], repeats: int, log) -> dict:
+    with NoNetwork() as guard:
+        result = _fidelity(cases, repeats, log)
+    result["network_attempts"] = guard.attempts[:20]
+    result["network_attempt_count"] = len(guard.attempts)
+    return result
+
+
+def _fidelity(cases: list[FileCase], repeats: int, log) -> dict:
     tools = {"ours": ours, "markitdown": MarkItDownTool(), "pypdf": pypdf_text, "pdfminer": pdfminer_text}
     applies = {name: (lambda c, n=name: n not in PDF_ONLY or c.ext == "pdf") for name in tools}
     # warm-up, untimed: each tool once per format (imports, magika's model, font caches)
@@ -510,7 +538,11 @@ def _fidelity_section(fid: dict) -> list[str]:
         "boilerplate do; mean over files (min in brackets). < 0.95: files whose char F1 or order is below 0.95. "
         "hyphens joined: hyphenated words of the reference (`low-expression`) that the extract has joined "
         "(`lowexpression`): a line-end hyphen taken for a soft one.",
-        "- files/s, MB/s, pages/s: files, input bytes, PDF pages over the summed per-file times, one thread.", "",
+        "- files/s, MB/s, pages/s: files, input bytes, PDF pages over the summed per-file times, one thread.",
+        "- Offline: every outgoing connection in the process was refused and counted while the tools ran: "
+        + ("not checked in this run" if "network_attempt_count" not in fid else
+           f"{fid['network_attempt_count']} attempts" + (f" ({', '.join(fid['network_attempts'])})"
+                                                         if fid["network_attempts"] else "")) + ".", "",
         "| set | format (producer) | tool | files | failed | char P | char R | char F1 | F1 NFKC | order (min) | "
         "< 0.95 | hyphens joined | files/s | MB/s | pages/s |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -642,7 +674,8 @@ def _findings(r: dict) -> list[str]:
                 out.append(f"- {dataset} {group}: {g['failed']} of {g['files']} {tool} parses failed.")
             if g["f1_nfkc"] - g["f1"] > 0.001:
                 out.append(f"- {dataset} {group}: {tool}'s char F1 is {g['f1']:.3f} as is but {g['f1_nfkc']:.3f} "
-                           "after NFKC: its shortfall is ligature glyphs (ﬁ, ﬂ, ﬀ) or width variants, not lost text.")
+                           "after NFKC: its shortfall is ligature glyphs (ﬁ, ﬂ, ﬀ) or width variants, not lost "
+                           "text.")
             if g["files_below_0_95"]:
                 out.append(f"- {dataset} {group}: {g['files_below_0_95']} {tool} extracts score below 0.95 "
                            f"(lowest order {g['order_min']:.2f}).")

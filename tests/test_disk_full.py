@@ -157,3 +157,31 @@ def test_an_ingest_on_a_full_disk_is_kept_and_indexed_once_space_is_back(small_d
             assert later.indexed and set(await keys(services, "vitamin D")) == {"d0", "d1", "d2"}
 
     asyncio.run(go())
+
+
+def test_a_file_upload_on_a_full_disk_stores_nothing_and_leaves_no_partial_file(small_disk, models_dir):
+    from appliance.file_ingest import FileInput
+
+    settings = make_settings(small_disk.path / "data", models_dir)
+    first = FileInput("first.md", b"# Pumps\n\nThe pump is serviced every March.\n")
+    second = FileInput("second.md", ("# Boilers\n\n" + "The boiler restarts after a power cut. " * 2000).encode())
+
+    def blobs() -> list[str]:
+        return sorted(p.name for p in settings.files_dir.rglob("*") if p.is_file())
+
+    async def go():
+        async with open_services(settings, warm_up=False, generation=False) as services:
+            await services.files.ingest("acme", "kb", [first])
+            before = blobs()
+            small_disk.fill()
+            with pytest.raises(OSError) as failed:
+                await services.files.ingest("acme", "kb", [second])
+            assert failed.value.errno == errno.ENOSPC
+            assert blobs() == before, "no partial or orphaned original is left behind"
+            assert [d.key for d in services.library.list_documents("acme", "kb")] == ["first.md"]
+            small_disk.free()
+            later = await services.files.ingest("acme", "kb", [second])
+            assert [f.status for f in later.files] == ["created"] and len(blobs()) == 2
+            assert services.files.original("acme", "first.md")[1] == first.data
+
+    asyncio.run(go())

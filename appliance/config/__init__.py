@@ -2,10 +2,11 @@
 validated there (`load.py`); the sections and their defaults are in `sections.py`. Stages receive the sections
 they need, never the environment."""
 from .load import ENV_PREFIX, ConfigError, load_settings
-from .sections import (ENGINE_ROLES, AdmissionSettings, CacheSettings, ChunkSettings, EncoderSettings,
+from .sections import (ENGINE_ROLES, AdmissionSettings, CacheSettings, ChunkSettings, ConversationSettings,
+                       EncoderSettings,
                        EngineSettings, GenerateSettings, IndexSettings, ParseSettings, QuotaSettings, RetrieveSettings,
                        RouterSettings, ServerSettings, Settings, TelemetrySettings)
 
-__all__ = ["AdmissionSettings", "CacheSettings", "ChunkSettings", "ConfigError", "ENGINE_ROLES", "ENV_PREFIX",
+__all__ = ["AdmissionSettings", "CacheSettings", "ChunkSettings", "ConfigError", "ConversationSettings", "ENGINE_ROLES", "ENV_PREFIX",
            "EncoderSettings", "EngineSettings", "GenerateSettings", "IndexSettings", "ParseSettings", "QuotaSettings", "RetrieveSettings",
            "RouterSettings", "ServerSettings", "Settings", "TelemetrySettings", "load_settings"]

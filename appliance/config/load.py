@@ -37,6 +37,8 @@ _CHOICES = {
     ("large", "dtype"): {"auto", "bfloat16", "float16", "float32"},
     ("telemetry", "otel_exporter"): {"none", "console", "otlp"},
     ("cache", "semantic"): {"auto", "on", "off"},
+    ("conversation", "standalone"): {"auto", "raw", "history", "expand", "rewrite"},
+    ("conversation", "followup"): {"expand", "rewrite"},
 }
 _HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-]*(\.[A-Za-z0-9\-]+)*\.?")  # a DNS name or IPv4 address
 _ENGINE_POSITIVE = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "kv_cache_gib", "max_tokens",
@@ -47,7 +49,8 @@ _POSITIVE = {
     ("server", "max_chat_message_chars"), ("server", "max_chat_chars"), ("server", "max_json_values"),
     ("server", "json_workers"), ("parse", "workers"), ("parse", "timeout_s"), ("parse", "max_file_bytes"),
     ("parse", "max_upload_bytes"), ("parse", "max_files_per_request"), ("parse", "max_unpacked_bytes"),
-    ("parse", "max_parts"), ("parse", "max_pages"), ("encoder", "threads"), ("encoder", "max_batch"),
+    ("parse", "max_parts"), ("parse", "max_pages"), ("conversation", "rewrite_max_tokens"),
+    ("conversation", "rewrite_timeout_s"), ("encoder", "threads"), ("encoder", "max_batch"),
     ("encoder", "queue_size"), ("encoder", "max_length"), ("encoder", "ingest_batch"),
     ("index", "connectivity"), ("index", "expansion_add"), ("index", "expansion_search"), ("index", "max_token_shards"),
     ("chunking", "max_words"), ("chunking", "max_chars_cjk"), ("chunking", "max_chars"), ("retrieve", "default_k"), ("retrieve", "max_k"),
@@ -188,6 +191,11 @@ def _validate(settings: Settings) -> list[str]:
         errors.append("cache.semantic_late_threshold: must be from 0 (off) to 1")
     if not 0 <= settings.cache.semantic_max_unknown <= 1:
         errors.append("cache.semantic_max_unknown: must be from 0 to 1")
+    if settings.conversation.rewrite_engine not in ENGINE_ROLES:
+        errors.append(f"conversation.rewrite_engine: {settings.conversation.rewrite_engine!r} is not one of "
+                      f"{list(ENGINE_ROLES)}")
+    if settings.conversation.history_turns < 0 or settings.conversation.history_tokens < 0:
+        errors.append("conversation.history_turns and history_tokens: must be 0 (no history) or more")
     if settings.parse.max_memory_mib < 0:
         errors.append("parse.max_memory_mib: must be 0 (unlimited) or more")
     if settings.parse.max_file_bytes > settings.parse.max_upload_bytes:

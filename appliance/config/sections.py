@@ -149,6 +149,22 @@ class GenerateSettings:
 
 
 @dataclass(slots=True, frozen=True)
+class ConversationSettings:
+    """Follow-up questions: how one becomes a standalone question for retrieval, the router and the caches, and how
+    much of the conversation the prompt carries."""
+    # raw (the last message as it is), history (earlier user turns + it), expand (it + salient terms of earlier
+    # turns), rewrite (the rewrite engine writes a standalone question), auto (raw unless the follow-up depends on
+    # the history; then `followup`)
+    standalone: str = "auto"
+    followup: str = "expand"  # what auto does with a follow-up that depends on the history: expand or rewrite
+    rewrite_engine: str = "small"
+    rewrite_max_tokens: int = 48
+    rewrite_timeout_s: float = 4.0  # past it (or with the engine down or busy) the follow-up is expanded instead
+    history_turns: int = 6  # earlier messages the prompt may carry, newest first, within history_tokens
+    history_tokens: int = 384
+
+
+@dataclass(slots=True, frozen=True)
 class RouterSettings:
     # Added to the classifier's log-odds for "large"; below 0 sends more to the small model, above 0 fewer.
     bias: float = 0.0
@@ -226,6 +242,7 @@ class Settings:
     small: EngineSettings = field(default_factory=_small_engine)
     large: EngineSettings = field(default_factory=_large_engine)
     router: RouterSettings = field(default_factory=RouterSettings)
+    conversation: ConversationSettings = field(default_factory=ConversationSettings)
     cache: CacheSettings = field(default_factory=CacheSettings)
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
     quota: QuotaSettings = field(default_factory=QuotaSettings)

@@ -6,7 +6,10 @@ engine's own tokenizer, numbered [1], [2], ... so the answer can cite them.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from ..text import Turn
 
 PROMPT_VERSION = "p2"  # bump when any text below changes: cached answers are keyed by it
 
@@ -46,19 +49,44 @@ def system_prefix(task: str, concise: bool) -> str:
     return SYSTEM_PREFIXES[task] + (CONCISE_INSTRUCTION if concise else "")
 
 
-def render(tokenizer, system: str, user: str) -> str:
-    """The chat template of the model when it has one; a plain layout for base models."""
+def render(tokenizer, system: str, user: str, history: Sequence[Turn] = ()) -> str:
+    """The chat template of the model when it has one; a plain layout for base models. `history`: earlier turns,
+    between the system message and the last user message."""
     if getattr(tokenizer, "chat_template", None):
-        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        messages = [{"role": "system", "content": system},
+                    *({"role": turn.role, "content": turn.text} for turn in history),
+                    {"role": "user", "content": user}]
         return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return f"{system}\n\n{user}\nAnswer:"
+    earlier = "".join(f"{turn.role.capitalize()}: {turn.text}\n" for turn in history)
+    return f"{system}\n\n{earlier}{user}\nAnswer:"
+
+
+def with_client_system(system: str, client_system: str) -> str:
+    """The application's own system message comes after ours (ours stays first, so its cached prefix holds)."""
+    return f"{system}\n\nThe application adds: {client_system.strip()}" if client_system.strip() else system
+
+
+def recent_history(tokenizer, history: Sequence[Turn], max_turns: int, budget_tokens: int) -> list[Turn]:
+    """The newest turns that fit `budget_tokens` (at most `max_turns`); older ones are dropped first, and a turn is
+    never cut in the middle."""
+    kept: list[Turn] = []
+    used = 0
+    for turn in reversed(list(history)[-max_turns:] if max_turns else []):
+        cost = len(tokenizer.encode(turn.text[:budget_tokens * MAX_CHARS_PER_TOKEN], add_special_tokens=False)) + 4
+        if used + cost > budget_tokens:
+            break
+        kept.append(turn)
+        used += cost
+    kept.reverse()
+    return kept
 
 
 def warm_up_prompts(tokenizer, concise: bool) -> list[str]:
     """Per task, the exact text every prompt of that task starts with: the rendered template cut where the
-    passages begin."""
+    passages begin; and the same for the follow-up rewrite prompt."""
     mark = "\x00PASSAGES\x00"
-    return [render(tokenizer, system_prefix(task, concise), "Passages:\n" + mark).split(mark)[0] for task in TASKS]
+    answers = [render(tokenizer, system_prefix(task, concise), "Passages:\n" + mark).split(mark)[0] for task in TASKS]
+    return answers + [render(tokenizer, REWRITE_SYSTEM, "Conversation:\n" + mark).split(mark)[0]]
 
 
 # A passage is cut to this many characters per token of room before it is tokenised (tokens average ~4 characters
@@ -67,7 +95,8 @@ MAX_CHARS_PER_TOKEN = 16
 
 
 def build_prompt(tokenizer, task: str, concise: bool, passages: list[Passage], question: str,
-                 budget_tokens: int) -> Prompt:
+                 budget_tokens: int, history: Sequence[Turn] = (), client_system: str = "") -> Prompt:
+    """`history`: the earlier turns to show (already cut to their budget by `recent_history`)."""
     blocks, used = [], 0
     for n, passage in enumerate(passages, 1):
         head = " ".join(part for part in (passage.title, f"({passage.citation})" if passage.citation else "") if part)
@@ -84,4 +113,22 @@ def build_prompt(tokenizer, task: str, concise: bool, passages: list[Passage], q
         used += len(ids)
     context = "\n\n".join(blocks) if blocks else "(no passages found)"
     user = f"Passages:\n{context}\n\nQuestion: {question.strip()}"
-    return Prompt(render(tokenizer, system_prefix(task, concise), user), len(blocks), used)
+    system = with_client_system(system_prefix(task, concise), client_system)
+    return Prompt(render(tokenizer, system, user, history), len(blocks), used)
+
+
+REWRITE_PROMPT_VERSION = "r1"  # bump when the text below changes
+REWRITE_SYSTEM = (
+    "You rewrite the last question of a conversation so that it can be understood on its own, without the "
+    "conversation. Replace pronouns and vague references with the things they refer to, and add what the question "
+    "leaves out but the conversation says. Keep the question's meaning and its language. Do not answer it. Reply "
+    "with the rewritten question only, on one line."
+)
+
+
+def rewrite_prompt(tokenizer, history: Sequence[Turn], question: str) -> str:
+    """A stable system message (its prefix stays cached), then the conversation and the question as one message."""
+    lines = [f"{'User' if turn.role == 'user' else 'Assistant'}: {' '.join(turn.text.split())}" for turn in history]
+    user = "Conversation:\n" + "\n".join(lines) + f"\n\nLast question: {' '.join(question.split())}\n" \
+        "Standalone question:"
+    return render(tokenizer, REWRITE_SYSTEM, user)

@@ -13,6 +13,7 @@ from ..answer import AskRequest
 from ..config import ServerSettings
 from ..ingest import DocumentInput
 from ..retrieve import PartitionFilter
+from ..text import Turn
 from .errors import ApiError
 from .schemas import MAX_QUESTION_CHARS
 
@@ -64,47 +65,69 @@ class AskBody:
     stream: bool
     max_tokens: int | None
     timeout_s: float | None
+    history: tuple[Turn, ...]
 
     @classmethod
-    def parse(cls, body: dict[str, Any]) -> "AskBody":
+    def parse(cls, body: dict[str, Any], server: ServerSettings) -> "AskBody":
         where = PartitionFilter(tenant=body["tenant"], names=_names(body["partitions"]))
+        history = tuple(Turn(t["role"], t["content"]) for t in body["history"] or ())
+        total = sum(len(t.text) for t in history)
+        if total > server.max_chat_chars:
+            raise ApiError.invalid(f"history has {total} characters together; at most {server.max_chat_chars}",
+                                   "history")
         return cls(body["question"], where, body["model"], body["task"], body["stream"], body["max_tokens"],
-                   body["timeout_s"])
+                   body["timeout_s"], history)
 
     def ask(self, request_id: str) -> AskRequest:
         return AskRequest(self.question, self.where, model=self.model, max_tokens=self.max_tokens, task=self.task,
-                          request_id=request_id, timeout_s=self.timeout_s)
+                          request_id=request_id, timeout_s=self.timeout_s, history=self.history)
 
 
 @dataclass(frozen=True, slots=True)
 class ChatBody:
-    """An OpenAI chat completion request; only its last user message is answered."""
+    """An OpenAI chat completion request: its last user message is answered, the messages before it are the
+    conversation (user and assistant turns) and the client's system message."""
     model: str
     question: str
     stream: bool
     max_tokens: int | None
     tenant: str | None  # None: the endpoint decides (X-Tenant header, else "default")
     partitions: tuple[str, ...] | None
+    history: tuple[Turn, ...] = ()
+    system: str = ""
 
     @classmethod
     def parse(cls, body: dict[str, Any], server: ServerSettings) -> "ChatBody":
-        return cls(body["model"], chat_question(body["messages"], server), body["stream"],
-                   body["max_completion_tokens"] or body["max_tokens"], body["tenant"], _names(body["partitions"]))
+        messages = body["messages"]
+        texts = chat_texts(messages, server)
+        last = chat_question(messages, texts)
+        history = tuple(Turn(m["role"], text) for m, text in zip(messages[:last], texts[:last])
+                        if m["role"] in ("user", "assistant") and text.strip())
+        system = "\n\n".join(text.strip() for m, text in zip(messages[:last], texts[:last])
+                             if m["role"] in ("system", "developer") and text.strip())
+        return cls(body["model"], texts[last], body["stream"], body["max_completion_tokens"] or body["max_tokens"],
+                   body["tenant"], _names(body["partitions"]), history, system)
 
     def ask(self, tenant: str, request_id: str) -> AskRequest:
         return AskRequest(self.question, PartitionFilter(tenant=tenant, names=self.partitions), model=self.model,
-                          max_tokens=self.max_tokens, task="cited", request_id=request_id)
+                          max_tokens=self.max_tokens, task="cited", request_id=request_id, history=self.history,
+                          system=self.system)
 
 
-def chat_question(messages: list[dict[str, Any]], server: ServerSettings) -> str:
-    """The last user message's text, once every message's content is known to be text of bounded size (only the
-    last user message is answered, but every one is held in memory while the request lasts)."""
+def chat_texts(messages: list[dict[str, Any]], server: ServerSettings) -> list[str]:
+    """Every message's text, each and all together of bounded size (every one is held in memory while the request
+    lasts, and the recent ones reach the prompt)."""
     texts = [_message_text(m.get("content"), f"messages[{i}].content", server.max_chat_message_chars)
              for i, m in enumerate(messages)]
     total = sum(map(len, texts))
     if total > server.max_chat_chars:
         raise ApiError.invalid(f"messages have {total} characters together; at most {server.max_chat_chars}",
                                "messages")
+    return texts
+
+
+def chat_question(messages: list[dict[str, Any]], texts: list[str]) -> int:
+    """The index of the last user message, the one answered."""
     for i in range(len(messages) - 1, -1, -1):
         if messages[i]["role"] != "user":
             continue
@@ -113,7 +136,7 @@ def chat_question(messages: list[dict[str, Any]], server: ServerSettings) -> str
         if len(texts[i]) > MAX_QUESTION_CHARS:
             raise ApiError.invalid(f"must have at most {MAX_QUESTION_CHARS} characters, got {len(texts[i])}",
                                    f"messages[{i}].content")
-        return texts[i]
+        return i
     raise ApiError.invalid("there is no user message to answer", "messages")
 
 

@@ -54,7 +54,8 @@ def openai_usage_json(u: Usage) -> dict[str, Any]:
 
 def sources_json(s: Sources) -> dict[str, Any]:
     """The native stream's first event; also where the JSON answer takes its sources from."""
-    return {"sources": [source_json(x) for x in s.sources], "partitions": s.partitions, "route": route_json(s.route)}
+    return {"sources": [source_json(x) for x in s.sources], "partitions": s.partitions, "route": route_json(s.route),
+            "standalone_question": s.standalone_question}
 
 
 def done_json(d: Done) -> dict[str, Any]:
@@ -114,7 +115,8 @@ class ChatMeta:
 
 def answer_json(a: Answer, request_id: str) -> dict[str, Any]:
     return {"id": request_id, "sources": [source_json(x) for x in a.sources.sources],
-            "partitions": a.sources.partitions, **done_json(a.done)}
+            "partitions": a.sources.partitions, "standalone_question": a.sources.standalone_question,
+            **done_json(a.done)}
 
 
 def openai_finish(reason: str | None) -> str:
@@ -129,6 +131,7 @@ def chat_completion_json(a: Answer, chat: ChatMeta) -> dict[str, Any]:
         "choices": [{"index": 0, "message": {"role": "assistant", "content": d.text},
                      "finish_reason": openai_finish(d.finish_reason)}],
         "usage": openai_usage_json(d.usage), "sources": [source_json(x) for x in a.sources.sources],
+        "standalone_question": a.sources.standalone_question,
         "route": route_json(d.route), "degraded": d.degraded, "cache": d.cache, "timings_ms": d.timings.as_dict(),
     }
 

@@ -81,6 +81,11 @@ def ask_body(settings: Settings) -> Spec:
         "timeout_s": Spec("number", "Seconds the answer may take; generation stops there with finish_reason "
                           "\"deadline\" (default and maximum: server.request_timeout_s).", min=0.1,
                           max=settings.server.request_timeout_s),
+        "history": Spec("array", "Earlier turns of the conversation, oldest first: the question is then a follow-up "
+                        "(made standalone for retrieval; the recent turns are shown to the model).", max=200,
+                        items=Spec("object", fields={
+                            "role": Spec("string", required=True, choices=("user", "assistant")),
+                            "content": Spec("string", required=True, max=settings.server.max_chat_message_chars)})),
     })
 
 

@@ -86,7 +86,8 @@ async def openai_sse(events: AsyncIterator[Event], chat: ChatMeta) -> AsyncItera
         async for event in events:
             if isinstance(event, Sources):
                 yield _data(chat_chunk_json(chat, {"role": "assistant", "content": ""}, None,
-                                            sources=[source_json(s) for s in event.sources]))
+                                            sources=[source_json(s) for s in event.sources],
+                                            standalone_question=event.standalone_question))
             elif isinstance(event, Token):
                 yield _data(chat_chunk_json(chat, {"content": event.text}, None))
             elif isinstance(event, Done):

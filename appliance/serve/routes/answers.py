@@ -17,7 +17,7 @@ from ..streams import SSE_HEADERS, collect, native_sse, openai_sse, primed, trac
 
 async def ask(request: Request) -> Response:
     answers = require_ready(request).answers
-    body = AskBody.parse(await read_body(request, edge(request).bodies.ask))
+    body = AskBody.parse(await read_body(request, edge(request).bodies.ask), edge(request).settings.server)
     req = body.ask(request.state.request_id)
     events = await primed(traced(answers.ask(req), request.state.record))
     if body.stream:

@@ -1,0 +1,121 @@
+"""The standalone-question stage: a follow-up ("Is it treatable?") made into a question that retrieval, the router
+and the caches can use on their own ("Is psoriasis treatable?").
+
+First turns go as they are. A follow-up that does not lean on the conversation goes as it is too; one that does is
+expanded with the salient terms of the earlier turns, or rewritten by the rewrite engine (a stable, versioned
+prompt whose prefix stays cached; bounded in tokens and time). A rewrite that cannot be had (engine off, down,
+busy, too slow) or that comes back unusable falls back to the expansion. What `conversation.standalone` and
+`conversation.followup` pick is measured in bench/results/conversations.md.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from .config import ConversationSettings
+from .generate import EngineDown, EngineSet, rewrite_prompt
+from .text import Turn, depends_on_history, expand_question, history_query
+from .answer import AskRequest, Done, Event, Sources
+from .timings import Stage, ms_since
+
+log = logging.getLogger("appliance.standalone")
+
+
+class Answers(Protocol):
+    def ask(self, req: AskRequest) -> AsyncIterator[Event]: ...
+
+
+@dataclass(slots=True, frozen=True)
+class Standalone:
+    text: str
+    method: str  # first_turn, as_is, raw, history, expand, rewrite, expand_fallback
+    ms: float = 0.0
+
+
+class StandaloneQuestions:
+    def __init__(self, engines: EngineSet, settings: ConversationSettings):
+        self.engines, self.settings = engines, settings
+
+    async def resolve(self, question: str, history: Sequence[Turn], mode: str | None = None) -> Standalone:
+        """The question to search, route and cache by. `mode` overrides `conversation.standalone` (evaluation)."""
+        started = time.perf_counter()
+        mode = mode or self.settings.standalone
+        earlier = [t for t in history if t.text.strip()]
+        if not earlier:
+            return Standalone(question, "first_turn")
+        if mode == "auto":
+            if not await asyncio.to_thread(depends_on_history, question):
+                return Standalone(question, "as_is", ms_since(started))
+            mode = self.settings.followup
+        if mode == "raw":
+            return Standalone(question, "raw")
+        if mode == "history":
+            return Standalone(history_query(question, earlier), "history", ms_since(started))
+        if mode == "rewrite":
+            rewritten = await self._rewrite(question, earlier)
+            if rewritten is not None:
+                return Standalone(rewritten, "rewrite", ms_since(started))
+            expanded = await asyncio.to_thread(expand_question, question, earlier)
+            return Standalone(expanded, "expand_fallback", ms_since(started))
+        return Standalone(await asyncio.to_thread(expand_question, question, earlier), "expand", ms_since(started))
+
+    async def _rewrite(self, question: str, history: list[Turn]) -> str | None:
+        pick = self.engines.pick(self.settings.rewrite_engine) if self.engines else None
+        if pick is None or pick.engine is None:
+            return None
+        engine = pick.engine
+        recent = history[-self.settings.history_turns:] if self.settings.history_turns else []
+        prompt = await asyncio.to_thread(rewrite_prompt, engine.tokenizer, recent, question)
+        try:
+            text = await asyncio.wait_for(self._generate(engine, prompt), self.settings.rewrite_timeout_s)
+        except (asyncio.TimeoutError, EngineDown) as exc:
+            log.info("rewrite fell back to expansion: %s", type(exc).__name__)
+            return None
+        return usable_rewrite(text, question)
+
+    async def _generate(self, engine, prompt: str) -> str:
+        parts: list[str] = []
+        stream = engine.stream(prompt, self.settings.rewrite_max_tokens, 0.0)
+        try:
+            async for delta in stream:
+                parts.append(delta.text)
+                if "\n" in delta.text:  # one line asked for: the rest is not the question
+                    break
+        finally:
+            await stream.aclose()
+        return "".join(parts)
+
+
+def usable_rewrite(text: str, question: str) -> str | None:
+    """The rewrite's first line without quotes or a label, or None when it is no question: empty, far longer than
+    the conversation could justify, or an answer in disguise."""
+    line = text.strip().split("\n", 1)[0].strip().strip('"“”\'').strip()
+    for label in ("Standalone question:", "Rewritten question:", "Question:"):
+        if line.lower().startswith(label.lower()):
+            line = line[len(label):].strip()
+    if len(line) < 3 or len(line) > 3 * len(question) + 200:
+        return None
+    return line
+
+
+class FollowUpAnswers:
+    """The answer path with the stage in front: retrieval, the router and the caches get the standalone question;
+    the prompt still shows the question as it was asked, after the conversation."""
+
+    def __init__(self, inner: Answers, questions: StandaloneQuestions):
+        self.inner, self.questions = inner, questions
+
+    async def ask(self, req: AskRequest) -> AsyncIterator[Event]:
+        standalone = await self.questions.resolve(req.question, req.history)
+        inner = dataclasses.replace(req, question=standalone.text, asked=req.question)
+        async for event in self.inner.ask(inner):
+            if isinstance(event, Sources):
+                event.standalone_question = standalone.text
+            elif isinstance(event, Done) and req.history:
+                event.timings.set(Stage.REWRITE, standalone.ms)
+            yield event

@@ -1,0 +1,222 @@
+"""Conversations: a follow-up becomes a standalone question for retrieval, routing and the caches; the recent
+history and the client's system message reach the prompt within their budget; the rewrite falls back to the
+expansion when its engine is down or slow; degenerate loops are stopped and never cached.
+
+Scripted engines check the logic around an engine (what the prompt holds, the fallbacks); the real engines
+(`llm_served`) check the same end to end over HTTP, with the OpenAI client too."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from openai import OpenAI
+
+from appliance.answer import AskRequest, Answerer, Done, Sources
+from appliance.cache import ExactCache, SingleFlight
+from appliance.cached_answers import CachedAnswerer
+from appliance.config import ConversationSettings
+from appliance.generate import EngineSet
+from appliance.ingest import DocumentInput
+from appliance.retrieve import PartitionFilter
+from appliance.standalone import FollowUpAnswers, StandaloneQuestions, usable_rewrite
+from appliance.text import Turn
+from appliance.wiring import open_services
+
+from scripted import Script, ScriptedEngine
+from support import run
+
+DOCS = [DocumentInput(id="psoriasis", title="Psoriasis", text="Psoriasis is treatable with creams and light therapy."),
+        DocumentInput(id="malaria", title="Malaria", text="Malaria is treatable with artemisinin drugs.")]
+WHERE = PartitionFilter("acme")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(models_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(models_dir / "build" / "smollm2"))
+
+
+def _history(topic: str) -> tuple[Turn, ...]:
+    return (Turn("user", f"What is {topic}?"), Turn("assistant", f"{topic.capitalize()} is a disease."))
+
+
+async def _answers(settings, engines: dict, conversation: ConversationSettings, cache_dir=None):
+    services_cm = open_services(settings, warm_up=False, generation=False)
+    services = await services_cm.__aenter__()
+    await services.library.ingest("acme", "kb", DOCS)
+    engine_set = EngineSet(engines, restart_delay_s=0.01)
+    await engine_set.start()
+    answerer = Answerer(services.retriever, engine_set, None, settings.generate, settings.router, 60.0,
+                        conversation)
+    inner = answerer
+    if cache_dir is not None:
+        inner = CachedAnswerer(answerer, services.retriever, ExactCache(cache_dir, 64, 3600, 10_000_000), None,
+                               SingleFlight(1.0), services.library.versions, True)
+    return FollowUpAnswers(inner, StandaloneQuestions(engine_set, conversation)), engine_set, services_cm
+
+
+async def _ask(answers, req: AskRequest) -> tuple[Sources, Done]:
+    events = [event async for event in answers.ask(req)]
+    return next(e for e in events if isinstance(e, Sources)), next(e for e in events if isinstance(e, Done))
+
+
+def test_the_same_follow_up_in_two_conversations_gets_two_standalone_questions_and_two_cache_entries(
+        settings, tokenizer, tmp_path):
+    small = ScriptedEngine("small", tokenizer)
+
+    async def go():
+        answers, engines, services = await _answers(settings, {"small": small}, ConversationSettings(),
+                                                    tmp_path / "cache")
+        try:
+            asked = [await _ask(answers, AskRequest("Is it treatable?", WHERE, history=_history(topic)))
+                     for topic in ("psoriasis", "malaria", "psoriasis")]
+            lone = await _ask(answers, AskRequest("Is it treatable?", WHERE))
+        finally:
+            await engines.stop()
+            await services.__aexit__(None, None, None)
+        return asked, lone
+
+    (first, second, again), lone = run(go())
+    assert "psoriasis" in first[0].standalone_question.lower() and "malaria" in second[0].standalone_question.lower()
+    assert first[0].sources[0].document_id == "psoriasis" and second[0].sources[0].document_id == "malaria"
+    assert [d.cache for _, d in (first, second, again)] == ["none", "none", "exact"], "keyed by the conversation"
+    assert lone[0].standalone_question == "Is it treatable?" and lone[1].cache == "none"
+    assert "rewrite" in first[1].timings.as_dict() and "rewrite" not in lone[1].timings.as_dict()
+
+
+def test_the_prompt_holds_recent_history_within_budget_and_the_client_system_message_after_ours(
+        settings, tokenizer):
+    small = ScriptedEngine("small", tokenizer)
+    long_history = tuple(Turn("user" if i % 2 == 0 else "assistant", f"Turn {i} talks about topic {i}. " * 10)
+                         for i in range(12))  # ~110 tokens a turn: two fit in 256
+    conversation = ConversationSettings(history_turns=6, history_tokens=256)
+
+    async def go():
+        answers, engines, services = await _answers(settings, {"small": small}, conversation)
+        try:
+            await _ask(answers, AskRequest("And is it treatable?", WHERE, history=long_history,
+                                           system="Answer in the style of a pirate."))
+            await _ask(answers, AskRequest("Is psoriasis treatable?", WHERE))
+        finally:
+            await engines.stop()
+            await services.__aexit__(None, None, None)
+
+    run(go())
+    follow_up, lone = small.prompts
+    assert "Turn 11 talks" in follow_up and "Turn 10 talks" in follow_up, "the newest turns kept"
+    assert "Turn 9 talks" not in follow_up, "older ones dropped first, past history_tokens"
+    ours = follow_up.index("You are the answer service")
+    assert ours < follow_up.index("Answer in the style of a pirate."), "the client's system message comes after ours"
+    assert follow_up.rindex("And is it treatable?") > follow_up.index("Turn 11"), "the question as asked, last"
+    assert "pirate" not in lone and "Turn" not in lone
+
+
+def test_a_rewrite_falls_back_to_the_expansion_when_its_engine_is_down_or_slow(settings, tokenizer):
+    down = ScriptedEngine("small", tokenizer)
+    slow = ScriptedEngine("small", tokenizer, Script(tokens=["Is", " psoriasis", " treatable?"], token_delay_s=5))
+    good = ScriptedEngine("small", tokenizer, Script(tokens=["Is psoriasis", " treatable?", "\nAnd more"]))
+    conversation = ConversationSettings(standalone="rewrite", rewrite_timeout_s=0.5)
+
+    async def resolve(engine, kill: bool = False):
+        engines = EngineSet({"small": engine}, restart_delay_s=60)
+        await engines.start()
+        if kill:
+            engine.mark_down()
+        try:
+            return await StandaloneQuestions(engines, conversation).resolve("Is it treatable?", _history("psoriasis"))
+        finally:
+            await engines.stop()
+
+    results = [run(resolve(down, kill=True)), run(resolve(slow)), run(resolve(good))]
+    assert [r.method for r in results] == ["expand_fallback", "expand_fallback", "rewrite"]
+    assert "psoriasis" in results[0].text.lower() and results[2].text == "Is psoriasis treatable?"
+    assert 0.4 < results[1].ms / 1000 < 3, "the slow rewrite was given up at rewrite_timeout_s"
+    assert "You rewrite the last question" in good.prompts[0] and "User: What is psoriasis?" in good.prompts[0]
+
+
+def test_unusable_rewrites_are_refused():
+    assert usable_rewrite('"Is psoriasis treatable?"\nextra', "Is it treatable?") == "Is psoriasis treatable?"
+    assert usable_rewrite("Standalone question: Is psoriasis treatable?", "q?") == "Is psoriasis treatable?"
+    assert usable_rewrite("", "Is it treatable?") is None
+    assert usable_rewrite("x" * 1000, "Is it?") is None
+
+
+def test_a_looping_answer_is_stopped_and_never_cached(settings, tokenizer, tmp_path):
+    loop = ScriptedEngine("small", tokenizer, Script(tokens=["The answer is: 2"] + ["0"] * 200))
+
+    async def go():
+        answers, engines, services = await _answers(settings, {"small": loop}, ConversationSettings(),
+                                                    tmp_path / "cache")
+        try:
+            return [await _ask(answers, AskRequest("How long does that take?", WHERE)) for _ in range(2)]
+        finally:
+            await engines.stop()
+            await services.__aexit__(None, None, None)
+
+    (_, first), (_, second) = run(go())
+    assert first.finish_reason == "repetition" and first.text.startswith("The answer is: 2")
+    assert len(first.text) < 40 and second.cache == "none", "a loop is cut short and not replayed"
+    assert loop.aborted == 2, "the engine's request was stopped, not run to its token budget"
+
+
+def test_a_three_turn_conversation_over_http_with_the_openai_client(llm_served):
+    """Real engines: the follow-up is answered from the conversation, streamed and not; the standalone question
+    it searched comes back; the same follow-up after another conversation is another question."""
+    live, _ = llm_served
+    turns = [{"role": "system", "content": "Keep answers short."},
+             {"role": "user", "content": "How is ingest made durable?"},
+             {"role": "assistant", "content": "The store commits with synchronous=FULL before acknowledging."},
+             {"role": "user", "content": "What happens to it after a crash?"}]
+    client = OpenAI(base_url=live.url + "/v1", api_key=live.api_key)
+    plain = client.chat.completions.create(model="small", messages=turns, max_tokens=8)
+    chunks = list(client.chat.completions.create(model="small", messages=turns, max_tokens=8, stream=True))
+    other = client.chat.completions.create(model="small", max_tokens=8, messages=[
+        {"role": "user", "content": "What does the router do?"},
+        {"role": "assistant", "content": "It picks the small or the large engine."},
+        {"role": "user", "content": "What happens to it after a crash?"}])
+    extra = plain.model_extra
+    assert plain.choices[0].message.content is not None and extra["sources"]
+    assert extra["standalone_question"] != "What happens to it after a crash?"
+    assert "ingest" in extra["standalone_question"].lower() or "durable" in extra["standalone_question"].lower()
+    assert "rewrite" in extra["timings_ms"]
+    assert chunks[0].model_extra["standalone_question"] == extra["standalone_question"]
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert other.model_extra["standalone_question"] != extra["standalone_question"]
+    assert other.model_extra["cache"] == "none"
+
+
+def test_ask_takes_history_and_refuses_a_bad_one(llm_served):
+    live, _ = llm_served
+    history = [{"role": "user", "content": "How is ingest made durable?"},
+               {"role": "assistant", "content": "By committing before acknowledging."}]
+    with live.client() as c:
+        good = c.post("/v1/ask", json={"question": "And after a crash?", "history": history, "model": "small",
+                                       "max_tokens": 8})
+        bad_role = c.post("/v1/ask", json={"question": "q", "history": [{"role": "system", "content": "x"}]})
+        too_long = c.post("/v1/ask", json={"question": "q", "history": [
+            {"role": "user", "content": "x" * 30_000} for _ in range(6)]})
+        metrics = c.get("/metrics").text
+    assert good.status_code == 200, good.text
+    assert good.json()["standalone_question"] != "And after a crash?" and "rewrite" in good.json()["timings_ms"]
+    assert bad_role.status_code == 422 and bad_role.json()["error"]["field"].startswith("history")
+    assert too_long.status_code == 422 and too_long.json()["error"]["field"] == "history"
+    assert 'appliance_stage_seconds_count{stage="rewrite"}' in metrics
+
+
+def test_sources_of_a_follow_up_replay_carry_its_standalone_question(settings, tokenizer, tmp_path):
+    """A cached follow-up answer still says which standalone question it answered."""
+    small = ScriptedEngine("small", tokenizer)
+
+    async def go():
+        answers, engines, services = await _answers(settings, {"small": small}, ConversationSettings(),
+                                                    tmp_path / "cache")
+        try:
+            req = AskRequest("Is it treatable?", WHERE, history=_history("malaria"))
+            return [await _ask(answers, dataclasses.replace(req)) for _ in range(2)]
+        finally:
+            await engines.stop()
+            await services.__aexit__(None, None, None)
+
+    (first, _), (again, done) = run(go())
+    assert done.cache == "exact" and again.standalone_question == first.standalone_question

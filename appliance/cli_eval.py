@@ -22,6 +22,23 @@ def add_eval_commands(commands) -> None:
     router.add_argument("--questions", required=True, type=Path, help="JSONL with text and difficulty per line")
     router.add_argument("--json", action="store_true")
     router.set_defaults(run=_eval_router)
+    conversations = evaluate.add_parser("conversations", help="retrieval per turn (first turns and follow-ups) with "
+                                        "the standalone-question stage; --rewrites: F1 against human rewrites")
+    conversations.add_argument("--data", type=Path, help="folder: corpus.jsonl, conversations.jsonl, qrels/test.tsv")
+    conversations.add_argument("--rewrites", type=Path, help="JSONL of {history, raw, rewrite} (CAsT, CANARD)")
+    conversations.add_argument("--mode", choices=["raw", "history", "expand", "rewrite", "auto"], default="auto",
+                               help="auto (default): what the settings make the server do")
+    conversations.add_argument("--limit", type=int, help="only the first N rewrite pairs")
+    conversations.add_argument("--json", action="store_true")
+    conversations.set_defaults(run=_eval_conversations)
+    answers = evaluate.add_parser("answers", help="answer every turn through the real engines: token F1 and exact "
+                                  "match against gold answers, citation accuracy, loops, answers per minute")
+    answers.add_argument("--data", required=True, type=Path, help="as for eval conversations")
+    answers.add_argument("--history", choices=["on", "off"], default="on", help="recent turns in the prompt")
+    answers.add_argument("--limit", type=int, help="only the first N conversations")
+    answers.add_argument("--max-tokens", type=int, default=96)
+    answers.add_argument("--json", action="store_true")
+    answers.set_defaults(run=_eval_answers)
     cache = evaluate.add_parser("cache", help="semantic cache right/wrong hits on labelled question pairs")
     cache.add_argument("--pairs", required=True, type=Path, help="TSV: text_a, text_b, label (header, no quoting)")
     cache.add_argument("--threshold", type=float, help="override cache.semantic_threshold")
@@ -43,6 +60,30 @@ def _eval_retrieval(settings: Settings, args) -> None:
         print(file=sys.stderr)
         for key, value in report.items():
             print(f"{key:>11}: {value}")
+
+
+def _eval_conversations(settings: Settings, args) -> None:
+    from .evaluate_conversations import evaluate_conversations, evaluate_rewrites
+
+    if (args.data is None) == (args.rewrites is None):
+        sys.exit("appliance eval conversations: give --data DIR or --rewrites FILE")
+    progress = None if args.json else (lambda done, total: print(f"\r{done}/{total}", end="", file=sys.stderr,
+                                                                 flush=True))
+    if args.rewrites is not None:
+        report = asyncio.run(evaluate_rewrites(settings, args.rewrites, args.mode, args.limit, progress))
+    else:
+        report = asyncio.run(evaluate_conversations(settings, args.data, [args.mode], progress))[0]
+    print(json.dumps(report) if args.json else "\n" + json.dumps(report, indent=1))
+
+
+def _eval_answers(settings: Settings, args) -> None:
+    from .evaluate_answers import evaluate_answers
+
+    progress = None if args.json else (lambda done, total: print(f"\r{done}/{total}", end="", file=sys.stderr,
+                                                                 flush=True))
+    report = asyncio.run(evaluate_answers(settings, args.data, args.history == "on", args.limit, args.max_tokens,
+                                          progress))
+    print(json.dumps(report) if args.json else "\n" + json.dumps(report, indent=1))
 
 
 def _eval_router(settings: Settings, args) -> None:

@@ -38,8 +38,14 @@ def load_beir(folder: Path, split: str = "test") -> BeirData:
     folder = Path(folder)
     corpus = list(read_jsonl(folder / "corpus.jsonl"))
     queries = {str(q["_id"]): q["text"] for q in read_jsonl(folder / "queries.jsonl")}
+    qrels = load_qrels(folder, split)
+    return BeirData(corpus, {q: t for q, t in queries.items() if q in qrels}, qrels)
+
+
+def load_qrels(folder: Path, split: str = "test") -> dict[str, dict[str, int]]:
+    """query id -> {document id: grade}, the positive judgments of `qrels/<split>.tsv` (a header line or none)."""
     qrels: dict[str, dict[str, int]] = {}
-    with open(folder / "qrels" / f"{split}.tsv", encoding="utf-8") as f:
+    with open(Path(folder) / "qrels" / f"{split}.tsv", encoding="utf-8") as f:
         reader = csv.reader(f, delimiter="\t")
         header = next(reader)
         if header and header[0].strip().isdigit():  # no header line after all
@@ -47,7 +53,7 @@ def load_beir(folder: Path, split: str = "test") -> BeirData:
         for row in reader:
             if len(row) >= 3 and int(row[2]) > 0:
                 qrels.setdefault(row[0], {})[row[1]] = int(row[2])
-    return BeirData(corpus, {q: t for q, t in queries.items() if q in qrels}, qrels)
+    return qrels
 
 
 def read_jsonl(path: Path) -> Iterator[dict]:

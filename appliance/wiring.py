@@ -65,6 +65,7 @@ class Services:
     library: Library
     files: FileIngester
     retriever: Retriever
+    questions: StandaloneQuestions  # follow-ups made standalone (the answers use it; evaluation too)
     answers: Answers
     engines: EngineSet  # empty when generation is off
     cache_admin: CacheAdmin
@@ -115,11 +116,12 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
                                      s.generate.temperature == 0)
             if semantic is not None:  # entries that used an older version of a partition can never be served
                 library.on_version(lambda p, version: semantic.invalidate(p.tenant, p.name, version))
-        answers = FollowUpAnswers(answers, StandaloneQuestions(engines, s.conversation))
+        questions = StandaloneQuestions(engines, s.conversation)
+        answers = FollowUpAnswers(answers, questions)
         warm = await _warm_up(s, retriever, library, engines) if warm_up else {}
         boot = BootReport(ms_since(started), warm)
         log.info("ready in %.0f ms: %d partitions", boot.boot_ms, len(library.partitions()))
-        yield Services(s, library, files, retriever, answers, engines, CacheAdmin(semantic), boot)
+        yield Services(s, library, files, retriever, questions, answers, engines, CacheAdmin(semantic), boot)
 
 
 def parse_limits(settings: ParseSettings) -> ParseLimits:

@@ -195,7 +195,7 @@ def test_ask_takes_history_and_refuses_a_bad_one(llm_served):
                                        "max_tokens": 8})
         bad_role = c.post("/v1/ask", json={"question": "q", "history": [{"role": "system", "content": "x"}]})
         too_long = c.post("/v1/ask", json={"question": "q", "history": [
-            {"role": "user", "content": "x" * 30_000} for _ in range(6)]})
+            {"role": "user", "content": "x" * 30_000} for _ in range(5)]})  # past max_chat_chars, not the body
         metrics = c.get("/metrics").text
     assert good.status_code == 200, good.text
     assert good.json()["standalone_question"] != "And after a crash?" and "rewrite" in good.json()["timings_ms"]

@@ -10,8 +10,9 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 8080
     max_body_bytes: int = 16 * 1024 * 1024  # a document upload; the other routes have their own, smaller limits
-    max_query_body_bytes: int = 64 * 1024  # a search or an ask: a question and a few options
-    max_chat_body_bytes: int = 256 * 1024  # a chat: OpenAI clients resend the whole conversation every time
+    max_query_body_bytes: int = 64 * 1024  # a search: a query and a few options
+    # a chat or an ask with history: OpenAI clients resend the whole conversation every time
+    max_chat_body_bytes: int = 256 * 1024
     max_chat_message_chars: int = 32_000  # one chat message's text (only the last user message is answered)
     max_chat_chars: int = 128_000  # all of a chat's messages together
     # Arrays, objects and their items in one body, counted before it is parsed: a value costs far more to parse

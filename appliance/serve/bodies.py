@@ -36,7 +36,7 @@ class BodySpecs:
         server = settings.server
         return cls(Body(ingest_body(settings), server.max_body_bytes),
                    Body(search_body(settings), server.max_query_body_bytes),
-                   Body(ask_body(settings), server.max_query_body_bytes),
+                   Body(ask_body(settings), server.max_chat_body_bytes),  # a question with its history
                    Body(chat_body(settings), server.max_chat_body_bytes))
 
 

@@ -63,7 +63,8 @@ tell know please explain describe thanks thank ok okay yes yeah yep hi hello wel
 got mean happen happens happened thing things anything something everything nothing much many one ones also else
 would could should shall may might must us let give say said make made go going way lot lots kind sort info
 information detail details interesting important aspects aspect article instead either neither thing really still
-ever even just sure right another other others use used using does done okay can cannot
+ever even just sure right another other others use used using does done can cannot help find able already
+course none set hey oh thankyou question questions answer regarding don doesn didn isn aren wasn haven hasn won
 """.split())
 
 # --- Chinese cues (jieba words: "应该", "其实", "尤其" are single words, so 该/其 alone are the pronouns) --------------

@@ -45,6 +45,17 @@ bench-serving: setup
     {{py}} -m pip install --quiet -e ".[{{extras}},bench]"
     {{py}} bench/serving.py
 
+# Parsing benchmark: ours vs markitdown, pypdf and pdfminer.six on the file fixtures (fidelity, speed), retrieval
+# from files vs from the same texts, a mixed folder ingested end to end; writes bench/results/parse.md.
+bench-parse: setup
+    {{py}} -m pip install --quiet -e ".[{{extras}},bench]"
+    {{py}} bench/parse.py
+
+# Conversations: follow-up retrieval by standalone-question mode (doc2dial), F1 against human rewrites (CAsT,
+# CANARD), answers against gold with and without history (real engines); writes bench/results/conversations.md.
+bench-conversations: setup
+    {{py}} bench/conversations.py
+
 # Soak: the real server for 30 minutes while a normal app ingests, searches and asks and a hostile tenant attacks;
 # fds, memory, latency and every answer over time; writes bench/results/soak.md.
 bench-soak: setup

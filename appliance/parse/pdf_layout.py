@@ -185,6 +185,8 @@ class _Vocabulary:
             return ""
         if f"{left}-{right}" in self.compounds:
             return "-"
-        if len(left) >= 3 and len(right) >= 3 and left in self.words and right in self.words:
-            return "-"  # "standard-dose": two words of the text; a hyphenation leaves pieces that are not
+        if (len(left) >= 3 and left in self.words) or (len(right) >= 3 and right in self.words):
+            # "standard-dose", "low-expression": a word of the text on either side; a hyphenation leaves pieces
+            # that are not words ("inflam-mation"). Joining a real compound costs as much as keeping a soft hyphen.
+            return "-"
         return ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -18,7 +19,7 @@ from .config import ConversationSettings, GenerateSettings, RouterSettings
 from .generate import EngineDown, EngineSet, Passage, Router, TextEngine, build_prompt, recent_history
 from .generate.repetition import repeated_tail
 from .retrieve import Hit, PartitionFilter, Retriever, SearchResult
-from .text import Turn, normalise_question
+from .text import Turn, has_cjk, normalise_question
 from .timings import Stage, Timings, ms_since
 
 AUTO = "auto"
@@ -143,6 +144,12 @@ class Answerer:
         else:
             result, embedding = await search, None
         timings = result.timings.copy()
+        if (uncovered := self._uncovered(result, req.question)) is not None:
+            route = Route(None, req.model, uncovered)
+            yield Sources([], result.partitions, route)
+            timings.set(Stage.TOTAL, ms_since(started))
+            yield Done(NOT_COVERED, route, False, "not_covered", Usage(), timings)
+            return
         t = time.perf_counter()
         route, engine = await self._route(req, embedding, len(result.hits))
         timings.since(Stage.ROUTE, t)
@@ -245,8 +252,38 @@ class Answerer:
         return build_prompt(engine.tokenizer, req.task, self.generate.concise, _passages(result.hits),
                             req.prompt_question, max(0, budget - used), history, req.system)
 
+    def _uncovered(self, result: SearchResult, question: str) -> str | None:
+        """Why no answer should be generated from these passages (none relevant enough), or None. The floor was
+        measured on English questions; Chinese ones (MiniLM sees most of their characters as [UNK]) skip it."""
+        floor = self.generate.min_relevance
+        if not floor or has_cjk(question):
+            return None  # off: the model answers from whatever was found (or from what it knows)
+        if not result.hits:
+            return "no passage found"
+        best = result.hits[0].late
+        if best is not None and best < floor:
+            return f"no passage relevant enough (best score {best:.2f} < generate.min_relevance {floor:g})"
+        return None
+
     def _default_max_tokens(self, task: str) -> int:
         return self.generate.max_tokens_concise if task == "concise" else self.generate.max_tokens_cited
+
+
+_CITATION = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
+
+
+def cited_numbers(text: str) -> list[int]:
+    """The passage numbers an answer cites ("[2]", "[1][3]", "[1, 3]"), in order of first citation."""
+    found = [int(n) for group in _CITATION.findall(text) for n in group.split(",")]
+    return list(dict.fromkeys(found))
+
+
+def cited_sources(sources: list[Source], text: str) -> list[Source]:
+    """The sources the answer cites; all of them when it cites none (a degraded answer, or a model that does not
+    cite: nothing tells which it used)."""
+    cited = set(cited_numbers(text))
+    chosen = [s for s in sources if s.n in cited]
+    return chosen or sources
 
 
 def _cut(text: str, cut: int, tail: str) -> str:
@@ -273,6 +310,9 @@ def citation(file: str, page: int | None, page_end: int | None, section: tuple[s
     if section:
         parts.append(" > ".join(section))
     return ", ".join(parts)
+
+
+NOT_COVERED = "The documents do not cover this question, so I cannot answer it from them."
 
 
 def retrieval_only(hits: list[Hit], reason: str) -> str:

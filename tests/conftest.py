@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.config import Settings
+from appliance.config import GenerateSettings, Settings
 from appliance.evaluate import BeirData, beir_documents
 from appliance.models import build_models
 from support import ROOT, SCIFACT, LiveServer, beir_slice, make_settings, observe_boot, write_keys
@@ -57,6 +57,7 @@ def llm_served(tmp_path_factory, models_dir, tiny_llm):
     settings = make_settings(data_dir, models_dir, generate_enabled="true",
                              demo_corpus="true", small_model=str(tiny_llm), small_kv_cache_gib="0.125",
                              large_model="smollm2", large_kv_cache_gib="0.25", generate_restart_delay_s="0.5",
+                             generate_min_relevance=str(GenerateSettings().min_relevance),
                              admission_keys_file=str(keys_file), admission_max_in_flight="48",
                              admission_wait_budget_s="3")
     live = LiveServer(settings, api_key=keys["default"])

@@ -132,14 +132,22 @@ def test_bad_answer_requests_get_4xx_naming_the_field(llm_served):
             assert reply.json()["error"]["field"] == field
 
 
-def test_default_model_answers_paris(llm_served):
-    """The default SmolLM2 (converted from its PyPI GGUF at build time) on a tenant without documents."""
+def test_default_model_answers_paris_and_says_when_the_documents_do_not_cover_a_question(llm_served):
+    """The default SmolLM2 (converted from its PyPI GGUF at build time) answers from a passage; a question no
+    passage is relevant enough to gets no generated answer (generate.min_relevance)."""
     live, _ = llm_served
-    with live.client(live.keys["other"]) as c:  # a tenant without documents
-        body = c.post("/v1/ask", json={"question": "What is the capital of France?",
+    with live.client(live.keys["other"]) as c:  # a tenant of its own
+        stored = c.post("/v1/documents", json={"partition": "cities", "documents": [
+            {"id": "france", "title": "France", "text": "France is a country in Europe. Its capital is Paris."}]})
+        body = c.post("/v1/ask", json={"question": "What is the capital of France?", "partitions": ["cities"],
                                        "model": "large", "max_tokens": 32}).json()
-    assert body["route"]["engine"] == "large" and body["sources"] == []
+        off = c.post("/v1/ask", json={"question": "How long should sourdough bread rise before baking?",
+                                      "partitions": ["cities"], "model": "large", "max_tokens": 32}).json()
+    assert stored.status_code == 200, stored.text
+    assert body["route"]["engine"] == "large" and body["sources"][0]["document_id"] == "france"
     assert "Paris" in body["answer"], body["answer"]
+    assert off["finish_reason"] == "not_covered" and off["sources"] == [] and off["usage"]["completion_tokens"] == 0
+    assert off["answer"].startswith("The documents do not cover") and "min_relevance" in off["route"]["reason"]
 
 
 def test_client_disconnect_aborts_generation(llm_served):

@@ -220,3 +220,46 @@ def test_sources_of_a_follow_up_replay_carry_its_standalone_question(settings, t
 
     (first, _), (again, done) = run(go())
     assert done.cache == "exact" and again.standalone_question == first.standalone_question
+
+
+def test_sources_are_the_passages_the_answer_cites(settings, tokenizer):
+    from appliance.serve.responses import Answer, answer_json
+
+    citing = ScriptedEngine("small", tokenizer, Script(tokens=["Malaria is treatable", " [2]", "."]))
+    silent = ScriptedEngine("small", tokenizer, Script(tokens=["It is treatable."]))
+    replies = []
+    for engine in (citing, silent):
+        async def go(engine=engine):
+            answers, engines, services = await _answers(settings, {"small": engine}, ConversationSettings())
+            try:
+                return await _ask(answers, AskRequest("Are psoriasis and malaria treatable?", WHERE))
+            finally:
+                await engines.stop()
+                await services.__aexit__(None, None, None)
+        sources, done = run(go())
+        replies.append((len(sources.sources), answer_json(Answer(sources, done), "r")))
+    (given, cited), (given_silent, uncited) = replies
+    assert given == 2 and [s["n"] for s in cited["sources"]] == [2] and cited["cited"] == [2]
+    assert len(uncited["sources"]) == given_silent == 2 and uncited["cited"] == [], "no citation: all are kept"
+
+
+def test_a_question_no_passage_covers_is_not_answered_from_nothing(settings, tokenizer):
+    """With generate.min_relevance on, an off-topic question gets no generated answer and no sources."""
+    small = ScriptedEngine("small", tokenizer)
+    grounded = dataclasses.replace(settings, generate=dataclasses.replace(settings.generate, min_relevance=0.42))
+
+    async def go():
+        answers, engines, services = await _answers(grounded, {"small": small}, ConversationSettings())
+        try:
+            return [await _ask(answers, AskRequest(q, WHERE)) for q in (
+                "How long should sourdough bread rise before baking?", "Is psoriasis treatable with light therapy?",
+                "面包发酵需要多长时间？")]
+        finally:
+            await engines.stop()
+            await services.__aexit__(None, None, None)
+
+    (off_sources, off), (on_sources, on), (_, chinese) = run(go())
+    assert off.finish_reason == "not_covered" and off_sources.sources == [] and "min_relevance" in off.route.reason
+    assert on.finish_reason == "stop" and on_sources.sources[0].document_id == "psoriasis"
+    assert len(small.prompts) == 2, "the off-topic English question reached no engine"
+    assert chinese.finish_reason == "stop", "the floor is measured for English only: Chinese questions skip it"

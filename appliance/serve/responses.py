@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ..answer import Done, Failed, Route, Source, Sources, Usage, citation
+from ..answer import Done, Failed, Route, Source, Sources, Usage, citation, cited_numbers, cited_sources
 from ..generate import EngineStatus
 from ..file_ingest import FilesResult
 from ..library import IngestResult, PartitionInfo
@@ -59,7 +59,8 @@ def sources_json(s: Sources) -> dict[str, Any]:
 
 
 def done_json(d: Done) -> dict[str, Any]:
-    return {"answer": d.text, "finish_reason": d.finish_reason, "degraded": d.degraded, "cache": d.cache,
+    return {"answer": d.text, "cited": cited_numbers(d.text), "finish_reason": d.finish_reason,
+            "degraded": d.degraded, "cache": d.cache,
             "route": route_json(d.route), "usage": usage_json(d.usage), "timings_ms": d.timings.as_dict()}
 
 
@@ -114,7 +115,7 @@ class ChatMeta:
 
 
 def answer_json(a: Answer, request_id: str) -> dict[str, Any]:
-    return {"id": request_id, "sources": [source_json(x) for x in a.sources.sources],
+    return {"id": request_id, "sources": [source_json(x) for x in cited_sources(a.sources.sources, a.done.text)],
             "partitions": a.sources.partitions, "standalone_question": a.sources.standalone_question,
             **done_json(a.done)}
 
@@ -130,7 +131,8 @@ def chat_completion_json(a: Answer, chat: ChatMeta) -> dict[str, Any]:
         "id": chat.id, "object": "chat.completion", "created": chat.created, "model": chat.model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": d.text},
                      "finish_reason": openai_finish(d.finish_reason)}],
-        "usage": openai_usage_json(d.usage), "sources": [source_json(x) for x in a.sources.sources],
+        "usage": openai_usage_json(d.usage),
+        "sources": [source_json(x) for x in cited_sources(a.sources.sources, d.text)],
         "standalone_question": a.sources.standalone_question,
         "route": route_json(d.route), "degraded": d.degraded, "cache": d.cache, "timings_ms": d.timings.as_dict(),
     }

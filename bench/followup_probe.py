@@ -64,8 +64,8 @@ def rewrite_history(row: dict, with_title: bool = False) -> list[Turn]:
     return turns
 
 
-def rewrite_modes(with_title: bool) -> dict:
-    modes = {
+def rewrite_modes() -> dict:
+    return {
         "raw": lambda q, h: q,
         "history_query": lambda q, h: history_query(q, h),
         "expand (12)": lambda q, h: expand_question(q, h, 12),
@@ -73,7 +73,6 @@ def rewrite_modes(with_title: bool) -> dict:
         "expand (2)": lambda q, h: expand_question(q, h, 2),
         "auto expand (4)": lambda q, h: expand_question(q, h, 4) if depends_on_history(q) else q,
     }
-    return modes
 
 
 def rewrite_table(name: str, rows: list[dict], with_title: bool = False) -> None:
@@ -81,7 +80,7 @@ def rewrite_table(name: str, rows: list[dict], with_title: bool = False) -> None
     print(f"\n## {name}{' (title+section as turn 0)' if with_title else ''}: rewrite F1 vs human rewrite, "
           f"{len(follow)} follow-up turns ({sum(not same_text(r['raw'], r['rewrite']) for r in follow)} rewritten)")
     print(f"{'mode':<18} {'F1 all':>7} {'F1 rewritten':>13} {'F1 unchanged':>13} {'words':>6} {'added':>6}")
-    for mode, make in rewrite_modes(with_title).items():
+    for mode, make in rewrite_modes().items():
         scores, changed, kept, words, added = [], [], [], [], []
         for r in follow:
             cand = make(r["raw"], rewrite_history(r, with_title))
@@ -165,7 +164,9 @@ RETRIEVAL_MODES = {
     "expand (4)": lambda q, h: expand_question(q, h, 4),
     "auto": lambda q, h: expand_question(q, h) if depends_on_history(q) else q,
     "auto-history": lambda q, h: history_query(q, h) if depends_on_history(q) else q,
+    "auto-mix": lambda q, h: expand_question(q, h, 12 if depends_on_history(q) else 4),
 }
+GROUPS = ("first", "follow-up", "- flagged", "- unflagged")
 
 
 async def retrieval_table(limit: int | None) -> None:
@@ -184,23 +185,27 @@ async def retrieval_table(limit: int | None) -> None:
             where = PartitionFilter(TENANT)
             results: dict[str, dict[str, list[tuple[float, float, float]]]] = {}
             for qid, question, history in turns:
-                group = "first" if not history else "follow-up"
+                groups = ["first"] if not history else [
+                    "follow-up", "- flagged" if depends_on_history(question) else "- unflagged"]
                 for mode, make in RETRIEVAL_MODES.items():
                     text = make(question, history)
                     if text not in ranked:
                         page = await services.retriever.search(text, where, k=10)
                         ranked[text] = list(dict.fromkeys(h.chunk.doc_key for h in page.hits))
                     docs, rel = ranked[text], qrels[qid]
-                    results.setdefault(group, {}).setdefault(mode, []).append(
-                        (recall_at(docs, rel, 10), ndcg_at(docs, rel, 10), mrr_at(docs, rel, 10)))
+                    for group in groups:
+                        results.setdefault(group, {}).setdefault(mode, []).append(
+                            (recall_at(docs, rel, 10), ndcg_at(docs, rel, 10), mrr_at(docs, rel, 10)))
     flagged = [depends_on_history(q) for _, q, h in turns if h]
     print(f"\n## doc2dial retrieval (doc-level, k=10), {len(turns)} judged turns; depends_on_history flags "
           f"{sum(flagged)}/{len(flagged)} follow-ups")
-    print(f"{'turns':<10} {'mode':<16} {'n':>5} {'R@10':>6} {'nDCG@10':>8} {'MRR@10':>7}")
-    for group in ("first", "follow-up"):
-        for mode, rows in results.get(group, {}).items():
+    print(f"{'turns':<12} {'mode':<16} {'n':>5} {'R@10':>6} {'nDCG@10':>8} {'MRR@10':>7}")
+    for group in GROUPS:
+        modes = results.get(group, {})
+        for mode, rows in (modes.items() if group != "first" else list(modes.items())[:1]):  # first: all equal
             r, n, m = (mean([row[i] for row in rows]) for i in range(3))
-            print(f"{group:<10} {mode:<16} {len(rows):>5} {r:>6.3f} {n:>8.3f} {m:>7.3f}")
+            print(f"{group:<12} {mode if group != 'first' else '(any mode)':<16} {len(rows):>5} {r:>6.3f} "
+                  f"{n:>8.3f} {m:>7.3f}")
 
 
 def main() -> None:

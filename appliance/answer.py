@@ -16,13 +16,17 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from .config import ConversationSettings, GenerateSettings, RouterSettings
-from .generate import EngineDown, EngineSet, Passage, Router, TextEngine, build_prompt, recent_history
+from .generate import (EngineDown, EngineSet, Passage, Router, TextEngine, build_prompt, fit_tokens, recent_history,
+                       token_count)
 from .generate.repetition import repeated_tail
 from .retrieve import Hit, PartitionFilter, Retriever, SearchResult
 from .text import Turn, has_cjk, normalise_question
 from .timings import Stage, Timings, ms_since
 
 AUTO = "auto"
+PROMPT_RESERVE = 400  # tokens of the context kept beside the budgeted parts: our system prefix and the question
+QUESTION_RESERVE_TOKENS = 250  # of that reserve, the question's; a longer question takes the rest from the passages
+LOOP_CHECK_EVERY = 4  # stream deltas between two looks for a repeated tail
 
 
 @dataclass(slots=True)
@@ -186,7 +190,7 @@ class Answerer:
         t = time.perf_counter()
         max_tokens = min(req.max_tokens or self._default_max_tokens(req.task), engine.limits.max_tokens)
         # room for the system prefix and the question beside the passages and the answer
-        budget = max(0, min(engine.limits.context_tokens, engine.limits.max_model_len - max_tokens - 400))
+        budget = max(0, min(engine.limits.context_tokens, engine.limits.max_model_len - max_tokens - PROMPT_RESERVE))
         # tokenising the passages (each cut to what the budget can hold) is CPU work: off the event loop
         prompt = await asyncio.to_thread(self._prompt, engine, req, result, budget)
         timings.since(Stage.PROMPT, t)
@@ -210,7 +214,8 @@ class Answerer:
                 if delta.text:
                     parts.append(delta.text)
                     yield Token(delta.text)
-                    if (cut := repeated_tail("".join(parts[-200:]))) is not None:  # a loop: stop it here
+                    # a loop: stop it here (looked for every few tokens: the check reads 600 characters)
+                    if len(parts) % LOOP_CHECK_EVERY == 0 and (cut := repeated_tail("".join(parts[-200:]))) is not None:
                         parts, finish = [_cut("".join(parts), cut, "".join(parts[-200:]))], "repetition"
                         break
         except EngineDown as exc:
@@ -245,12 +250,18 @@ class Answerer:
             yield event
 
     def _prompt(self, engine: TextEngine, req: AskRequest, result: SearchResult, budget: int):
-        """Passages, the recent history (its tokens taken from the passages' budget) and the question."""
-        c = self.conversation
-        history = recent_history(engine.tokenizer, req.history, c.history_turns, min(c.history_tokens, budget // 2))
-        used = sum(len(engine.tokenizer.encode(t.text, add_special_tokens=False)) + 4 for t in history)
-        return build_prompt(engine.tokenizer, req.task, self.generate.concise, _passages(result.hits),
-                            req.prompt_question, max(0, budget - used), history, req.system)
+        """Passages, the recent history, the client's system message and the question, within `budget` tokens: the
+        history gets at most half of it, the client's system message a quarter (cut at its end), and what they and
+        a long question take comes out of the passages' share, so the prompt always fits the engine's context."""
+        c, tokenizer = self.conversation, engine.tokenizer
+        history = recent_history(tokenizer, req.history, c.history_turns, min(c.history_tokens, budget // 2))
+        used = sum(token_count(tokenizer, t.text, budget) + 4 for t in history)
+        system = fit_tokens(tokenizer, req.system, budget // 4)
+        used += token_count(tokenizer, system, budget)
+        # the reserve beside the budget holds ~150 tokens of our prefix and a question of ~250
+        used += max(0, token_count(tokenizer, req.prompt_question, budget) - QUESTION_RESERVE_TOKENS)
+        return build_prompt(tokenizer, req.task, self.generate.concise, _passages(result.hits),
+                            req.prompt_question, max(0, budget - used), history, system)
 
     def _uncovered(self, result: SearchResult, question: str) -> str | None:
         """Why no answer should be generated from these passages (none relevant enough), or None. The floor was

@@ -14,6 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from .client import ApplianceClient
 
@@ -125,7 +126,8 @@ def ingest_remote(server: ApplianceClient, args, files: list[LocalFile], bar) ->
         lines += [file_line(item) for item in reply["files"]]
         bar.update(len(group))
     for key in gone:
-        server.delete(f"/v1/documents/{key}", {"tenant": args.tenant, "partition": args.partition})
+        # quoted ("/" kept: the route takes a path): a file named "a?b.md" or "a#b.md" is that document, not "a"
+        server.delete(f"/v1/documents/{quote(key, safe='/')}", {"tenant": args.tenant, "partition": args.partition})
         lines.append(Line("deleted", key))
     return lines
 

@@ -2,7 +2,8 @@
 answers it (standalone question, retrieval, the recent history in the prompt), against the gold answers.
 
 Reports token F1 and exact match, how often the passage the answer cites comes from the turn's document, how
-often the top source does, the share of answers stopped as loops, and answers per minute. Caches are off: every
+often the top source does, the shares of answers stopped as loops and refused as not covered by the documents
+(`generate.min_relevance`), and answers per minute. Caches are off: every
 answer is computed. Slow on a CPU box (an answer is seconds): for benchmarks, not tests.
 """
 from __future__ import annotations
@@ -16,16 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from .answer import AskRequest, Done, Sources
+from .answer import AskRequest, Done, Sources, cited_numbers
 from .config import Settings
 from .evaluate import load_qrels, read_jsonl
 from .evaluate_conversations import PARTITION, TENANT, _ingest, token_f1
 from .retrieve import PartitionFilter
 from .text import Turn
 from .wiring import open_services
-
-_CITED = re.compile(r"\[(\d+)\]")
-
 
 async def evaluate_answers(settings: Settings, folder: Path, history_in_prompt: bool = True,
                            limit: int | None = None, max_tokens: int = 96, progress=None) -> dict[str, Any]:
@@ -72,11 +70,11 @@ async def _answer_conversation(services, item: dict, qrels: dict, max_tokens: in
 
 def _row(done: Done, sources: Sources, gold: str, relevant: set[str], followup: bool) -> dict[str, Any]:
     by_number = {s.n: s.document_id for s in sources.sources}
-    cited = {by_number[n] for n in map(int, _CITED.findall(done.text)) if n in by_number}
+    cited = {by_number[n] for n in cited_numbers(done.text) if n in by_number}
     return {"f1": token_f1(done.text, gold), "em": _normal(done.text) == _normal(gold), "cites": bool(cited),
             "cited_right": bool(cited & relevant), "top_right": bool(sources.sources)
             and sources.sources[0].document_id in relevant, "loop": done.finish_reason == "repetition",
-            "degraded": done.degraded, "followup": followup}
+            "degraded": done.degraded, "not_covered": done.finish_reason == "not_covered", "followup": followup}
 
 
 def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -86,7 +84,7 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return {"f1": mean("f1", rows), "exact_match": mean("em", rows), "followup_f1": mean("f1", followups),
             "share_citing": mean("cites", rows), "citation_accuracy": mean("cited_right", rows),
             "top_source_accuracy": mean("top_right", rows), "loops": mean("loop", rows),
-            "degraded": mean("degraded", rows)}
+            "degraded": mean("degraded", rows), "not_covered": mean("not_covered", rows)}
 
 
 def _normal(text: str) -> str:

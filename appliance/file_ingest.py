@@ -81,7 +81,7 @@ class FileIngester:
     async def ingest(self, tenant: str, partition: str, files: list[FileInput], kind: str | None = None,
                      wait: bool = True, wait_timeout_s: float | None = None) -> FilesResult:
         """Parse and store the files; one outcome per file, in order."""
-        digests = [sha256_of(f.data) for f in files]
+        digests = await asyncio.to_thread(lambda: [sha256_of(f.data) for f in files])  # up to 256 MiB: off the loop
         outcomes = self._refused(files)
         known = await asyncio.to_thread(self._stored, tenant, partition, [f.key for f in files])
         for i, f in enumerate(files):
@@ -92,7 +92,11 @@ class FileIngester:
                                           doc.file.pages if doc else None, digests[i])
         todo = [i for i in range(len(files)) if i not in outcomes]
         prepared: dict[int, NewDocument] = {}
-        for i, result in zip(todo, await asyncio.gather(*(self._parse(files[i].data) for i in todo))):
+        # one request queues at most as many files as the pool has workers, so the pool (first come, first served)
+        # takes the files of concurrent requests in turn: 100 slow files from one tenant hold nobody else up for long
+        turns = asyncio.Semaphore(self.parser.workers)
+        parsed = await asyncio.gather(*(self._parse(files[i].data, turns) for i in todo))
+        for i, result in zip(todo, parsed):
             if isinstance(result, ParseError):
                 outcomes[i] = FileOutcome(files[i].name, files[i].key, error=FileError(result.code, result.message))
             else:
@@ -121,11 +125,12 @@ class FileIngester:
             seen.add(f.key)
         return outcomes
 
-    async def _parse(self, data: bytes) -> ParsedDocument | ParseError:
-        try:
-            return await self.parser.parse(data)
-        except ParseError as exc:
-            return exc
+    async def _parse(self, data: bytes, turns: asyncio.Semaphore) -> ParsedDocument | ParseError:
+        async with turns:
+            try:
+                return await self.parser.parse(data)
+            except ParseError as exc:
+                return exc
 
     async def _write(self, tenant: str, partition: str, prepared: dict[int, NewDocument], files: list[FileInput],
                      kind: str | None, wait: bool, wait_timeout_s: float | None) -> IngestResult:

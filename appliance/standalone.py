@@ -24,6 +24,8 @@ from .answer import AskRequest, Done, Event, Sources
 from .timings import Stage, ms_since
 
 log = logging.getLogger("appliance.standalone")
+REWRITE_TURNS = 6  # earlier messages the rewrite prompt shows (each cut to REWRITE_TURN_CHARS)
+MAX_REWRITE_QUESTION_CHARS = 600
 
 
 class Answers(Protocol):
@@ -55,7 +57,9 @@ class StandaloneQuestions:
         if mode == "raw":
             return Standalone(question, "raw")
         if mode == "history":
-            return Standalone(history_query(question, earlier), "history", ms_since(started))
+            # the whole conversation glued on: the naive peer that the expansion and the rewrite are measured against
+            return Standalone(history_query(question, earlier, max_turns=None, answers=True), "history",
+                              ms_since(started))
         if mode == "rewrite":
             rewritten = await self._rewrite(question, earlier)
             if rewritten is not None:
@@ -65,16 +69,22 @@ class StandaloneQuestions:
         return Standalone(await asyncio.to_thread(expand_question, question, earlier), "expand", ms_since(started))
 
     async def _rewrite(self, question: str, history: list[Turn]) -> str | None:
-        pick = self.engines.pick(self.settings.rewrite_engine) if self.engines else None
+        if len(question) > MAX_REWRITE_QUESTION_CHARS:
+            return None  # a question this long names its own topic; the expansion adds what it may lack
+        # forced: a rewrite the rewrite engine cannot take now is expanded, not sent to the (slower) other engine
+        pick = self.engines.pick(self.settings.rewrite_engine, forced=True) if self.engines else None
         if pick is None or pick.engine is None:
             return None
         engine = pick.engine
-        recent = history[-self.settings.history_turns:] if self.settings.history_turns else []
+        recent = history[-REWRITE_TURNS:]
         prompt = await asyncio.to_thread(rewrite_prompt, engine.tokenizer, recent, question)
         try:
             text = await asyncio.wait_for(self._generate(engine, prompt), self.settings.rewrite_timeout_s)
         except (asyncio.TimeoutError, EngineDown) as exc:
             log.info("rewrite fell back to expansion: %s", type(exc).__name__)
+            return None
+        except Exception:  # anything else the engine raises must not fail the answer: the expansion still works
+            log.warning("rewrite failed; fell back to expansion", exc_info=True)
             return None
         return usable_rewrite(text, question)
 

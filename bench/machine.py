@@ -60,3 +60,24 @@ def progress_log(started: float):
     def log(message: str) -> None:
         print(f"[{time.perf_counter() - started:6.0f}s] {message}", flush=True)
     return log
+
+
+def report_header(title: str, r: dict, recipe: str, quick_what: str) -> list[str]:
+    """The lines every report starts with: the title, a quick-run warning, command, date and commit, machine, load
+    per step and packages (`r["meta"]` from `machine_info`, `r["steps"]` {name: {wall_s, load_before, load_after}})."""
+    m = r["meta"]
+    dirty = " plus uncommitted changes" if m.get("uncommitted_changes") else ""
+    lines = [f"# {title}", ""]
+    if m["quick"]:
+        lines += [f"**QUICK RUN on {quick_what}: for debugging only, not a result.**", ""]
+    return lines + [
+        f"- Command: `{m['command']}` (`just {recipe}` runs it without flags)",
+        f"- Date: {m['date']}; commit {m['commit'] or 'none yet'}{dirty}; wall time {m['wall_s']} s",
+        f"- Machine: {m['cpu_model']}, SIMD flags: {', '.join(m['cpu_simd']) or 'none of avx2/avx512f/amx'}; "
+        f"{m['cores']} cores ({m['cores_usable']} usable), {m['memory_gib']} GiB RAM, Python {m['python']}",
+        f"- Load average (1, 5, 15 min) at start: {m['load_average_at_start']}, at end: {m['load_average_at_end']} "
+        "(anything else running on the box shows here); per step, wall s (1-min load before -> after): "
+        + (", ".join(f"{k} {v['wall_s']} s ({v['load_before']} -> {v['load_after']})" for k, v in r["steps"].items())
+           or "none run"),
+        "- Packages: " + ", ".join(f"{k} {v}" for k, v in m["packages"].items() if v),
+    ]

@@ -480,20 +480,8 @@ def _ratio(a, b) -> str:
 
 def markdown(r: dict) -> str:
     m = r["meta"]
-    dirty = " plus uncommitted changes" if m.get("uncommitted_changes") else ""
-    lines = ["# Parsing benchmark", ""]
-    if m["quick"]:
-        lines += ["**QUICK RUN on a few files per format: for debugging only, not a result.**", ""]
+    lines = machine.report_header("Parsing benchmark", r, "bench-parse", "a few files per format")
     lines += [
-        f"- Command: `{m['command']}` (`just bench-parse` runs it without flags)",
-        f"- Date: {m['date']}; commit {m['commit'] or 'none yet'}{dirty}; wall time {m['wall_s']} s",
-        f"- Machine: {m['cpu_model']}, SIMD flags: {', '.join(m['cpu_simd']) or 'none of avx2/avx512f/amx'}; "
-        f"{m['cores']} cores ({m['cores_usable']} usable), {m['memory_gib']} GiB RAM, Python {m['python']}",
-        f"- Load average (1, 5, 15 min) at start: {m['load_average_at_start']}, at end: {m['load_average_at_end']} "
-        "(anything else running on the box shows here); per step, wall s (1-min load before -> after): "
-        + (", ".join(f"{k} {v['wall_s']} s ({v['load_before']} -> {v['load_after']})" for k, v in r["steps"].items())
-           or "none run"),
-        "- Packages: " + ", ".join(f"{k} {v}" for k, v in m["packages"].items() if v),
         "- Data: `shared/data/scifact_files` (500 SciFact abstracts: PDF by LibreOffice and by Chromium, DOCX, HTML "
         "with site boilerplate, Markdown, UTF-8 text) and `shared/data/cmrc_files` (250 Chinese Wikipedia paragraphs: "
         "LibreOffice PDF, DOCX, HTML with boilerplate, GB18030 text); reference text = title + text from each "

@@ -86,6 +86,11 @@ class LiveServer:
             time.sleep(0.2)
         raise TimeoutError("server did not become ready")
 
+    def call(self, coro, timeout: float = 120):
+        """Run a coroutine on the server's event loop (where its engines live) and return its result."""
+        loop = self.server.servers[0].get_loop()
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
+
     def client(self, key: str | None = None) -> httpx.Client:
         key = key or self.api_key
         headers = {"Authorization": f"Bearer {key}"} if key else {}

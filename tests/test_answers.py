@@ -36,6 +36,14 @@ def wait_engine_up(live, role: str, timeout: float = 300) -> dict:
     raise TimeoutError(f"{role} engine did not come back")
 
 
+def ingest_router_passages(c: httpx.Client) -> None:
+    """Passages that cover the router's two questions (partition `router` of the client's tenant), so that an
+    engine answers them instead of the relevance floor (`generate.min_relevance`)."""
+    docs = [{"id": "dracula", "text": "Dracula is an 1897 novel written by Bram Stoker."},
+            {"id": "clips", "text": "Natalia sold clips to her friends in April and in May; friends bought clips."}]
+    assert c.post("/v1/documents", json={"partition": "router", "documents": docs}).status_code == 200
+
+
 def test_ready_only_after_warm_up(llm_served):
     live, boot = llm_served
     assert boot["healthz"] == {200}, "the process answers health checks while it starts"
@@ -80,12 +88,12 @@ def test_stream_sends_sources_then_tokens_then_done(llm_served):
 
 def test_router_sends_simple_small_and_complex_large(llm_served):
     live, _ = llm_served
+    ask = {"partitions": ["router"], "max_tokens": 2}
     with live.client() as c:
-        simple = c.post("/v1/ask", json={"tenant": "default", "question": "who wrote the novel dracula",
-                                         "max_tokens": 2}).json()
-        hard = c.post("/v1/ask", json={"tenant": "default", "question": GSM8K_LIKE, "max_tokens": 2}).json()
-        forced = c.post("/v1/ask", json={"tenant": "default", "question": GSM8K_LIKE, "model": "small",
-                                         "max_tokens": 2}).json()
+        ingest_router_passages(c)
+        simple = c.post("/v1/ask", json={"question": "who wrote the novel dracula", **ask}).json()
+        hard = c.post("/v1/ask", json={"question": GSM8K_LIKE, **ask}).json()
+        forced = c.post("/v1/ask", json={"question": GSM8K_LIKE, "model": "small", **ask}).json()
     assert simple["route"]["engine"] == "small" and simple["route"]["requested"] == "auto", simple["route"]
     assert hard["route"]["engine"] == "large", hard["route"]
     assert simple["route"]["reason"] and hard["route"]["reason"]
@@ -187,8 +195,9 @@ def test_engine_killed_mid_stream_is_restarted(llm_served):
                 events.append(line[7:])
     assert events[0] == "sources" and "token" in events and events[-1] == "error", events[-3:]
     with live.client() as c:
-        # max_tokens 3: not the request the router test made (and cached)
-        rerouted = c.post("/v1/ask", json={"tenant": "default", "question": GSM8K_LIKE, "max_tokens": 3}).json()
+        ingest_router_passages(c)
+        rerouted = c.post("/v1/ask", json={"question": GSM8K_LIKE, "partitions": ["router"],
+                                           "max_tokens": 3}).json()
         forced = c.post("/v1/ask", json={"tenant": "default", "question": "What is WAL mode?", "model": "large",
                                          "max_tokens": 2}).json()
     assert rerouted["route"]["engine"] == "small" and "large" in rerouted["route"]["reason"], rerouted["route"]

@@ -135,6 +135,63 @@ def test_a_rewrite_falls_back_to_the_expansion_when_its_engine_is_down_or_slow(s
     assert "You rewrite the last question" in good.prompts[0] and "User: What is psoriasis?" in good.prompts[0]
 
 
+def test_a_rewrite_its_engine_cannot_take_is_expanded_not_sent_to_the_other_engine(settings, tokenizer):
+    small, large = ScriptedEngine("small", tokenizer), ScriptedEngine("large", tokenizer)
+    conversation = ConversationSettings(standalone="rewrite")
+
+    async def resolve():
+        engines = EngineSet({"small": small, "large": large}, restart_delay_s=60)
+        await engines.start()
+        small.mark_down()
+        try:
+            return await StandaloneQuestions(engines, conversation).resolve("Is it treatable?", _history("psoriasis"))
+        finally:
+            await engines.stop()
+
+    result = run(resolve())
+    assert result.method == "expand_fallback" and "psoriasis" in result.text.lower()
+    assert large.prompts == [], "the answer engine was not taken for a rewrite"
+
+
+def test_a_long_client_system_message_and_question_still_fit_the_engine(settings, tokenizer):
+    """32,000 characters of system message (~7k tokens) and a 4,000-character question against a 2,048-token
+    engine: both are cut or take room from the passages, and the prompt fits beside the answer."""
+    small = ScriptedEngine("small", tokenizer)
+    system = "Follow the house style for every answer you give. " * 620
+    question = "Is psoriasis treatable, and how " + "exactly " * 480 + "?"
+
+    async def go():
+        answers, engines, services = await _answers(settings, {"small": small}, ConversationSettings())
+        try:
+            return await _ask(answers, AskRequest(question, WHERE, system=system, history=_history("psoriasis")))
+        finally:
+            await engines.stop()
+            await services.__aexit__(None, None, None)
+
+    _, done = run(go())
+    prompt = small.prompts[0]
+    tokens = len(tokenizer.encode(prompt, add_special_tokens=False))
+    assert done.finish_reason == "stop" and "Follow the house style" in prompt
+    assert tokens + small.limits.max_tokens <= small.limits.max_model_len, tokens
+
+
+def test_a_real_engine_rewrites_a_follow_up(llm_served):
+    """The rewrite path on vLLM (the real chat template, streaming, the stop at the first line): the small engine
+    is asked, and what comes back is a question to search (the tiny test model writes noise: then the expansion)."""
+    live, _ = llm_served
+    questions = live.app.state.services.questions
+    history = (Turn("user", "How is ingest made durable?"),
+               Turn("assistant", "The store commits with synchronous=FULL before acknowledging."))
+    with live.client() as c:
+        before = c.get("/v1/engines").json()["engines"]["small"]["generation_tokens"]
+        result = live.call(questions.resolve("What happens to it after a crash?", history, mode="rewrite"))
+        after = c.get("/v1/engines").json()["engines"]["small"]["generation_tokens"]
+    assert after > before, "the rewrite engine generated"
+    assert result.method in ("rewrite", "expand_fallback") and result.text.strip(), result
+    assert result.method == "rewrite" or "durable" in result.text.lower(), result
+    assert result.ms < (questions.settings.rewrite_timeout_s + 1) * 1000
+
+
 def test_unusable_rewrites_are_refused():
     assert usable_rewrite('"Is psoriasis treatable?"\nextra', "Is it treatable?") == "Is psoriasis treatable?"
     assert usable_rewrite("Standalone question: Is psoriasis treatable?", "q?") == "Is psoriasis treatable?"

@@ -3,6 +3,7 @@ one request with bad files among them, each answered on its own; pages and secti
 original bytes back; hostile requests refused with a clear JSON error and nothing else changed."""
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
@@ -99,6 +100,38 @@ def test_search_results_cite_file_page_and_original_comes_back(live):
     assert other.status_code == 404, "another tenant's file is not found"
 
 
+def test_slides_headings_and_encodings_arrive_with_page_and_section(live):
+    """A PowerPoint deck, Markdown with headings, Big5 text and UTF-16 HTML over HTTP: the format told from the
+    bytes (the names say .bin), slides as pages, headings as sections, each encoding decoded."""
+    from test_parse_formats import deck_bytes
+
+    files = [("deck.bin", deck_bytes("Q3 business review")),
+             ("manual.bin", b"# Pump manual\n\n## Restarting\n\nHold the red button for five seconds to restart "
+                            b"the pump.\n\n## Warranty\n\nThe warranty lasts two years.\n"),
+             ("big5.bin", "\u6c34\u6cf5\u7684\u4fdd\u4fee\u671f\u70ba\u5169\u5e74\uff0c\u8acb\u4fdd\u7559"
+                          "\u767c\u7968\u3002\u6c34\u6cf5\u6bcf\u5e74\u6aa2\u67e5\u4e00\u6b21\u3002".encode("big5")),
+             ("utf16.bin", "<html><head><title>Boiler</title></head><body><nav>Home | About</nav><main><h1>Boiler"
+                           "</h1><p>The boiler restarts itself after a power cut.</p></main></body></html>"
+              .encode("utf-16"))]
+    with live.client() as c:
+        reply = _upload(c, files, partition="mixed")
+
+        def top(query: str) -> dict:
+            return c.post("/v1/search", json={"query": query, "partitions": ["mixed"], "k": 1}).json()["results"][0]
+
+        slide, heading = top("Revenue rose 12% costs fell"), top("hold the red button to restart the pump")
+        listing = _listing(c, "mixed")
+        chinese, html = top("\u4fdd\u4fee\u671f"), top("boiler restarts after a power cut")
+    assert reply.status_code == 200, reply.text
+    assert [(f["status"], f["format"]) for f in reply.json()["files"]] == [
+        ("created", "pptx"), ("created", "markdown"), ("created", "text"), ("created", "html")], reply.text
+    assert slide["file"] == "deck.bin" and slide["page"] == 2 and slide["section"] == ["Results"], slide
+    assert listing["manual.bin"]["title"] == "Pump manual"
+    assert heading["file"] == "manual.bin" and heading["section"] == ["Restarting"], heading  # the H1 is the title
+    assert "\u4fdd\u4fee\u671f\u70ba\u5169\u5e74" in chinese["text"], chinese["text"]
+    assert html["file"] == "utf16.bin" and "power cut" in html["text"] and "About" not in html["text"], html
+
+
 def test_same_file_again_is_unchanged_changed_bytes_update_and_delete_drops_the_original(live):
     name = "memo.md"
     with live.client() as c:
@@ -131,8 +164,8 @@ def test_a_request_whose_every_file_failed_says_why_with_the_right_status(live):
 
 
 @pytest.mark.parametrize("case", ["json_body", "no_boundary", "unknown_field", "field_as_file_name", "too_many_files",
-                                  "bad_metadata", "no_partition", "no_files", "declared_too_large",
-                                  "control_chars_in_name", "other_tenant"])
+                                  "bad_metadata", "deep_metadata", "no_partition", "no_files", "declared_too_large",
+                                  "chunked_too_large", "control_chars_in_name", "other_tenant"])
 def test_hostile_upload_requests_get_a_clear_error(live, case):
     with live.client() as c:
         before = _listing(c)
@@ -148,6 +181,12 @@ def test_hostile_upload_requests_get_a_clear_error(live, case):
             reply = _upload(c, [(f"f{i}.txt", b"hello") for i in range(21)])
         elif case == "bad_metadata":
             reply = _upload(c, [("a.txt", b"hello there")], metadata="{not json")
+        elif case == "deep_metadata":  # within the field's 64 KiB: json.loads would recurse past Python's limit
+            reply = _upload(c, [("a.txt", b"hello there")], metadata='{"a":' + "[" * 20_000 + "]" * 20_000 + "}")
+        elif case == "chunked_too_large":  # no Content-Length to refuse it by: counted as it arrives
+            head = b'--B\r\nContent-Disposition: form-data; name="file"; filename="big.txt"\r\n\r\n'
+            chunks = iter([head] + [b"x" * 1_000_000] * 9)
+            reply = c.post("/v1/files", content=chunks, headers={"content-type": "multipart/form-data; boundary=B"})
         elif case == "no_partition":
             reply = c.post("/v1/files", files=[("file", ("a.txt", b"hello", "text/plain"))])
         elif case == "no_files":
@@ -163,8 +202,9 @@ def test_hostile_upload_requests_get_a_clear_error(live, case):
             reply = _upload(c, [("a.txt", b"hello there")], tenant="other")
         after = _listing(c)
     expected = {"json_body": 415, "no_boundary": 400, "unknown_field": 422, "field_as_file_name": 422,
-                "too_many_files": 400, "bad_metadata": 422, "no_partition": 422, "no_files": 422,
-                "declared_too_large": 413, "control_chars_in_name": 422, "other_tenant": 403}[case]
+                "too_many_files": 400, "bad_metadata": 422, "deep_metadata": 422, "no_partition": 422,
+                "no_files": 422, "declared_too_large": 413, "chunked_too_large": 413, "control_chars_in_name": 422,
+                "other_tenant": 403}[case]
     assert reply.status_code == expected, reply.text
     assert reply.json()["error"]["message"]
     assert after == before, "a refused request changes nothing"
@@ -253,3 +293,31 @@ def test_reindex_parses_kept_files_again_when_the_parser_is_newer(tmp_path, mode
     assert [f.status for f in newer[0].files] == ["updated", "updated"]
     assert [f.status for f in forced[0].files] == ["updated", "updated"]
     assert {d.file.parser_version for d in listing} == {file_ingest.PARSER_VERSION}
+
+
+def test_one_tenants_slow_files_do_not_hold_up_another_tenants_file(tmp_path, models_dir):
+    """Files that hang their parser (the fault is injected: each takes the whole parse timeout) from one tenant,
+    then one file from another: the pool takes the requests' files in turn, so the second tenant's file is stored
+    while the first tenant's are still queued (first come, first served over all files would put it last)."""
+    from appliance.file_ingest import FileIngester, FileInput
+    from appliance.parse import ParseLimits, ParserPool
+    from appliance.wiring import open_services
+    from support import run
+    from test_parse_pool import _scripted
+
+    async def scenario():
+        settings = make_settings(tmp_path, models_dir)
+        async with open_services(settings, warm_up=False, generation=False) as services, \
+                ParserPool(2, 1.0, 512, ParseLimits(), _scripted) as pool:
+            files = FileIngester(services.library, pool, settings.chunking, settings.parse.max_file_bytes)
+            slow = asyncio.create_task(files.ingest("flood", "docs", [FileInput(f"h{i}", b"hang") for i in range(8)]))
+            await asyncio.sleep(0.2)  # the flood's files are queued first
+            calm = await files.ingest("calm", "docs", [FileInput("note.txt", b"the pump restarts at night")])
+            flood_done_before = slow.done()
+            flooded = await slow
+            return calm, flood_done_before, flooded
+
+    calm, flood_done_before, flooded = run(scenario())
+    assert [f.status for f in calm.files] == ["created"], calm.files
+    assert not flood_done_before, "the calm tenant's file waited for every file of the flood"
+    assert [f.error.code for f in flooded.files] == ["parse_timeout"] * 8

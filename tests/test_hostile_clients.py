@@ -230,7 +230,7 @@ def test_a_flood_of_uploads_to_parse_stalls_no_one(hostile):
     assert statuses <= {200, 202, 400, 413, 422}, statuses  # 202: stored, another upload's build still running
     assert 200 in statuses and (413 in statuses or 422 in statuses), statuses
     for reply in replies:
-        if reply["status"] != 200:
+        if reply["status"] not in (200, 202):  # 202 answers per file, like 200
             _error(reply)
     with hostile.client() as c:
         listing = c.get("/v1/documents", params={"tenant": HOSTILE, "partition": "uploads"}).json()["documents"]
@@ -244,7 +244,7 @@ def test_megabyte_passages_and_routing_stay_off_the_event_loop(hostile):
     router = hostile.router.watch if hostile.router is not None else Watched()
     before = tokenizer.calls, router.calls
     replies = under_attack(hostile, [_request("POST", "/v1/ask", {
-        "tenant": HOSTILE, "question": f"what is in the x file number {n}?"}) for n in range(5)])
+        "tenant": HOSTILE, "question": f"what is in the x file number {n}?", "partitions": ["kb"]}) for n in range(5)])
     assert all(r["status"] == 200 for r in replies), {r["status"] for r in replies}
     assert replies[0]["json"]["sources"][0]["document_id"] == "blob" and not replies[0]["json"]["degraded"]
     assert tokenizer.calls > before[0], "no prompt was made"

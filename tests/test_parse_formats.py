@@ -173,6 +173,13 @@ def test_ole_office_files_are_told_apart():
     with pytest.raises(ParseError) as e:
         pptx_parser.parse(ole + "WordDocument".encode("utf-16-le") + bytes(600), LIMITS)
     assert e.value.code is ParseErrorCode.UNSUPPORTED
+    # and so through the product's path, where the content (not a parser chosen by name) decides
+    with pytest.raises(ParseError) as e:
+        parse_bytes(ole + "EncryptedPackage".encode("utf-16-le") + bytes(600), LIMITS)
+    assert e.value.code is ParseErrorCode.ENCRYPTED and "password" in e.value.message
+    with pytest.raises(ParseError) as e:
+        parse_bytes(ole + "WordDocument".encode("utf-16-le") + bytes(600), LIMITS)
+    assert e.value.code is ParseErrorCode.UNSUPPORTED and ".doc" in e.value.message and "DOCX" in e.value.message
 
 
 # --- PPTX ------------------------------------------------------------------------------------------------------

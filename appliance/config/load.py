@@ -223,6 +223,8 @@ def _validate_engines(settings: Settings) -> list[str]:
             errors.append(f"{name}.max_num_batched_tokens: must be at least {name}.max_model_len")
         if not 0 < engine.context_share <= 1:
             errors.append(f"{name}.context_share: must be above 0 and at most 1")
+        if not 0 <= engine.frequency_penalty <= 2:
+            errors.append(f"{name}.frequency_penalty: must be from 0 to 2")
         if engine.max_tokens >= engine.max_model_len:
             errors.append(f"{name}.max_tokens: must be below {name}.max_model_len")
     if settings.generate.enabled and not (settings.small.enabled or settings.large.enabled):

@@ -124,6 +124,9 @@ class EngineSettings:
     max_waiting: int = 64  # requests beyond max_num_seqs it may hold; past that it takes no more
     enabled: bool = True  # off: this role has no engine; every answer goes to the other one
     context_share: float = 1.0  # share of generate.context_tokens this engine's prompts give the passages
+    # vLLM's frequency_penalty on the answer's own tokens (not the prompt's: an answer should copy its passages);
+    # measured against loops in bench/results/conversations.md
+    frequency_penalty: float = 0.0
 
 
 def _small_engine() -> EngineSettings:
@@ -158,7 +161,7 @@ class GenerateSettings:
 class ConversationSettings:
     """Follow-up questions: how one becomes a standalone question for retrieval, the router and the caches, and how
     much of the conversation the prompt carries."""
-    # raw (the last message as it is), history (earlier user turns + it), expand (it + salient terms of earlier
+    # raw (the last message as it is), history (the whole conversation + it), expand (it + salient terms of earlier
     # turns), rewrite (the rewrite engine writes a standalone question), auto (raw unless the follow-up depends on
     # the history; then `followup`)
     standalone: str = "auto"

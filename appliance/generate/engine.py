@@ -142,7 +142,7 @@ class VllmEngine:
         if not self.up:
             raise EngineDown(f"{self.role} engine is {self.state}")
         params = SamplingParams(max_tokens=max_tokens, temperature=temperature, seed=0 if temperature else None,
-                                output_kind=RequestOutputKind.DELTA)
+                                frequency_penalty=self.spec.frequency_penalty, output_kind=RequestOutputKind.DELTA)
         # vLLM needs ids unique among its requests; a caller's id (a client's X-Request-Id) may repeat
         request_id = f"{request_id}-{uuid.uuid4().hex[:8]}" if request_id else uuid.uuid4().hex
         sharing = self.in_flight + 1

@@ -81,6 +81,23 @@ def recent_history(tokenizer, history: Sequence[Turn], max_turns: int, budget_to
     return kept
 
 
+def token_count(tokenizer, text: str, limit: int) -> int:
+    """Tokens of `text`, counted on at most what `limit` tokens could hold (a text of megabytes is not tokenised
+    whole), so the count never exceeds what matters to a budget of `limit` by much."""
+    return len(tokenizer.encode(text[:max(limit, 0) * MAX_CHARS_PER_TOKEN], add_special_tokens=False)) if text else 0
+
+
+def fit_tokens(tokenizer, text: str, budget_tokens: int) -> str:
+    """`text` with its end cut off at a token boundary so that at most `budget_tokens` tokens remain ("" when none
+    fit)."""
+    if not text.strip() or budget_tokens <= 0:
+        return ""
+    ids = tokenizer.encode(text[:budget_tokens * MAX_CHARS_PER_TOKEN], add_special_tokens=False)
+    if len(ids) <= budget_tokens and len(text) <= budget_tokens * MAX_CHARS_PER_TOKEN:
+        return text
+    return tokenizer.decode(ids[:budget_tokens]).rstrip() + " ..."
+
+
 def warm_up_prompts(tokenizer, concise: bool) -> list[str]:
     """Per task, the exact text every prompt of that task starts with: the rendered template cut where the
     passages begin; and the same for the follow-up rewrite prompt."""
@@ -117,7 +134,7 @@ def build_prompt(tokenizer, task: str, concise: bool, passages: list[Passage], q
     return Prompt(render(tokenizer, system, user, history), len(blocks), used)
 
 
-REWRITE_PROMPT_VERSION = "r1"  # bump when the text below changes
+REWRITE_PROMPT_VERSION = "r2"  # bump when the text below changes
 REWRITE_SYSTEM = (
     "You rewrite the last question of a conversation so that it can be understood on its own, without the "
     "conversation. Replace pronouns and vague references with the things they refer to, and add what the question "
@@ -126,9 +143,14 @@ REWRITE_SYSTEM = (
 )
 
 
+REWRITE_TURN_CHARS = 600  # each earlier turn is cut to this in the rewrite prompt: its topic words come early
+
+
 def rewrite_prompt(tokenizer, history: Sequence[Turn], question: str) -> str:
-    """A stable system message (its prefix stays cached), then the conversation and the question as one message."""
-    lines = [f"{'User' if turn.role == 'user' else 'Assistant'}: {' '.join(turn.text.split())}" for turn in history]
+    """A stable system message (its prefix stays cached), then the conversation and the question as one message.
+    Each turn is cut to REWRITE_TURN_CHARS, so the prompt stays far below the engine's context."""
+    lines = [f"{'User' if turn.role == 'user' else 'Assistant'}: {' '.join(turn.text[:REWRITE_TURN_CHARS].split())}"
+             for turn in history]
     user = "Conversation:\n" + "\n".join(lines) + f"\n\nLast question: {' '.join(question.split())}\n" \
         "Standalone question:"
     return render(tokenizer, REWRITE_SYSTEM, user)

@@ -29,7 +29,7 @@ _PLACEHOLDER_TITLES = {"", "untitled", "title", "document", "presentation", "pow
 def open_archive(data: bytes, limits: ParseLimits) -> zipfile.ZipFile:
     """The archive in `data`, once its declared part count, sizes and compression ratios are within `limits`."""
     if data.startswith(OLE_MAGIC):
-        raise _ole_error(data)
+        raise ole_error(data)
     _check_declared_count(data, limits)
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
@@ -110,7 +110,7 @@ def _check_declared_count(data: bytes, limits: ParseLimits) -> None:
         raise _too_large(f"The archive holds {count:,} parts; the limit is {limits.max_parts:,}.")
 
 
-def _ole_error(data: bytes) -> ParseError:
+def ole_error(data: bytes) -> ParseError:
     # Password-protected .docx/.pptx are OLE compound files with an "EncryptedPackage" stream inside.
     if "EncryptedPackage".encode("utf-16-le") in data:
         return ParseError(ParseErrorCode.ENCRYPTED, "The Office document is password-protected; "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 
+from .archive import OLE_MAGIC, ole_error
 from .detect import detect_format
 from .document import Format, ParsedDocument, ParseError, ParseErrorCode, ParseLimits
 
@@ -22,6 +23,8 @@ def parse_bytes(data: bytes, limits: ParseLimits = ParseLimits()) -> ParsedDocum
     if not data.strip():
         raise ParseError(ParseErrorCode.EMPTY, "empty file: no content")
     fmt = detect_format(data)
+    if fmt is None and data.startswith(OLE_MAGIC) and (locked := ole_error(data)).code is ParseErrorCode.ENCRYPTED:
+        raise locked  # a password-protected DOCX/PPTX is an OLE file too: told apart from an old .doc
     if fmt is None:
         raise ParseError(ParseErrorCode.UNSUPPORTED, f"unsupported format: {_describe(data)}; {_SUPPORTED}")
     module = _parser(fmt)

@@ -106,6 +106,11 @@ class ParserPool:
     async def __aexit__(self, *exc_info) -> None:
         await self.close()
 
+    @property
+    def workers(self) -> int:
+        """How many worker processes the pool keeps."""
+        return self._size
+
     def stats(self) -> PoolStats:
         return PoolStats(len(self._workers) + len(self._starts), len(self._busy), self._queued, self._jobs,
                          self._timeouts, self._crashes, self._oom, self._restarts, self._start_s)

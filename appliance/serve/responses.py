@@ -146,7 +146,7 @@ def chat_chunk_json(chat: ChatMeta, delta: dict[str, Any], finish: str | None, *
 def chat_last_chunk_json(chat: ChatMeta, d: Done) -> dict[str, Any]:
     """The chunk that ends a streamed completion: its finish reason, usage and the appliance's own fields."""
     return chat_chunk_json(chat, {}, openai_finish(d.finish_reason), usage=openai_usage_json(d.usage),
-                           route=route_json(d.route), degraded=d.degraded, cache=d.cache,
+                           cited=cited_numbers(d.text), route=route_json(d.route), degraded=d.degraded, cache=d.cache,
                            timings_ms=d.timings.as_dict())
 
 

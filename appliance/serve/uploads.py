@@ -3,7 +3,6 @@ and the size of the other fields. The body is counted as it arrives, whatever Co
 spooled to disk past 1 MB by Starlette's parser, so an upload costs memory only once it is read for parsing."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,10 +14,11 @@ from starlette.types import Message
 from ..config import ParseSettings
 from .errors import ApiError
 from .schemas import ID_PATTERN
-from .validation import Spec, validate
+from .validation import Spec, parse_json, validate
 
 FIELDS = ("tenant", "partition", "kind", "wait", "metadata")
 MAX_FIELD_BYTES = 64 * 1024  # a non-file field (metadata is the big one)
+MAX_METADATA_VALUES = 10_000
 FILE_NAME = Spec("string", "File name (the document id).", required=True, min=1, max=256, pattern=ID_PATTERN)
 
 
@@ -37,10 +37,10 @@ class Upload:
         raw = self.fields.get("metadata")
         if raw is None:
             return None
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            raise ApiError.invalid("is not valid JSON", "metadata") from None
+        try:  # the same checks as a JSON body: values counted and depth bounded before json.loads sees them
+            value = parse_json(raw.encode("utf-8", "surrogatepass"), MAX_METADATA_VALUES)
+        except ApiError as exc:
+            raise ApiError.invalid(f"is not usable JSON: {exc.message}", "metadata") from None
         if not isinstance(value, dict):
             raise ApiError.invalid("must be a JSON object", "metadata")
         return value

@@ -3,7 +3,7 @@
 The standalone-question stage asks `depends_on_history` first; a question that stands alone is searched as it is.
 One that does not is rewritten by a small LLM or, as the cheap fallback, expanded with the salient terms of earlier
 turns (`expand_question`), which is what BM25 and the embedder need: the missing topic words, not fluent prose.
-`history_query` is the naive baseline (earlier user turns glued on) that the expansion is measured against.
+`history_query` is the naive baseline (earlier turns glued on) that the expansion is measured against.
 
 Detection is a rule set, not a model: pronouns and demonstratives that point back, elliptical openings
 ("what about X"), adverbs that presuppose a previous turn ("also", "instead"), and very short questions. The
@@ -125,10 +125,11 @@ def expand_question(question: str, history: list[Turn], limit: int = 12) -> str:
     return " ".join([question.strip(), *extra]) if extra else question.strip()
 
 
-def history_query(question: str, history: list[Turn], max_turns: int = 3) -> str:
-    """The baseline: the last `max_turns` earlier user turns and the question, oldest first, in one string."""
-    earlier = [t.text.strip() for t in history if t.role == "user" and t.text.strip()]
-    kept = earlier[-max_turns:] if max_turns > 0 else []
+def history_query(question: str, history: list[Turn], max_turns: int | None = 3, answers: bool = False) -> str:
+    """The baseline: the last `max_turns` earlier user turns (all with None; the assistant's turns too with
+    `answers`) and the question, oldest first, in one string."""
+    earlier = [t.text.strip() for t in history if (answers or t.role == "user") and t.text.strip()]
+    kept = earlier if max_turns is None else earlier[-max_turns:] if max_turns > 0 else []
     return " ".join([*kept, question.strip()])
 
 

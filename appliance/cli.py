@@ -176,12 +176,12 @@ def _ingest(settings: Settings, args) -> None:
     server = _connect(settings, args)
     if server:
         with server:
-            lines += ingest_remote(server, args, files, bar)
+            lines += ingest_remote(server, args, files, bar, settings.parse.max_file_bytes)
             lines += _post_documents(server, args, docs, bar)
     else:
         async def local() -> None:
             async with _opened(settings) as services:
-                lines.extend(await ingest_local(services, args, files, bar))
+                lines.extend(await ingest_local(services, args, files, bar, settings.parse.max_file_bytes))
                 for start in range(0, len(docs), BATCH):
                     part = docs[start:start + BATCH]
                     result = await services.library.ingest(args.tenant, args.partition, part, args.kind,

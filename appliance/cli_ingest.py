@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from .client import ApplianceClient
+from .client import ApplianceClient, ServerError
 
 BATCH_FILES = 16  # files per upload request
 BATCH_BYTES = 32 * 1024 * 1024  # and at most this many bytes (well under parse.max_upload_bytes)
@@ -69,6 +70,14 @@ def plan(files: list[LocalFile], stored: dict[str, str | None],
     return send, same, gone
 
 
+def oversized(files: list[LocalFile], max_file_bytes: int) -> tuple[list[LocalFile], list[Line]]:
+    """(the files to send, a line for each one past parse.max_file_bytes): those are refused unread, as the
+    server would refuse them, so that a 10 GB video in a shared folder is never loaded into memory."""
+    kept = [f for f in files if f.size <= max_file_bytes]
+    return kept, [Line("error", f.id, f"too_large: the file is larger than parse.max_file_bytes = {max_file_bytes}"
+                                      " bytes") for f in files if f.size > max_file_bytes]
+
+
 def batches(files: list[LocalFile]) -> list[list[LocalFile]]:
     out: list[list[LocalFile]] = [[]]
     size = 0
@@ -97,7 +106,7 @@ def file_line(item: dict[str, Any]) -> Line:
     return Line(item["status"], item["id"], detail)
 
 
-def ingest_remote(server: ApplianceClient, args, files: list[LocalFile], bar) -> list[Line]:
+def ingest_remote(server: ApplianceClient, args, files: list[LocalFile], bar, max_file_bytes: int) -> list[Line]:
     stored: dict[str, str | None] = {}
     after = ""
     while True:
@@ -114,16 +123,15 @@ def ingest_remote(server: ApplianceClient, args, files: list[LocalFile], bar) ->
             break
         after = page["next"]
     send, same, gone = plan(files, stored, args.sync)
-    lines = [Line("unchanged", f.id) for f in same]
-    bar.update(len(same))
+    send, lines = oversized(send, max_file_bytes)
+    lines += [Line("unchanged", f.id) for f in same]
+    bar.update(len(lines))  # the unchanged and the oversized
     groups = batches(send)
     for n, group in enumerate(groups):
         fields = {"tenant": args.tenant, "partition": args.partition, "wait": str(n == len(groups) - 1).lower()}
         if args.kind:
             fields["kind"] = args.kind
-        # the document id travels as the part's file name
-        reply = server.upload("/v1/files", fields, [(f.id, f.path.read_bytes()) for f in group])
-        lines += [file_line(item) for item in reply["files"]]
+        lines += upload_group(server, fields, group)
         bar.update(len(group))
     for key in gone:
         # quoted ("/" kept: the route takes a path): a file named "a?b.md" or "a#b.md" is that document, not "a"
@@ -132,15 +140,37 @@ def ingest_remote(server: ApplianceClient, args, files: list[LocalFile], bar) ->
     return lines
 
 
-async def ingest_local(services, args, files: list[LocalFile], bar) -> list[Line]:
+def upload_group(server: ApplianceClient, fields: dict[str, str], group: list[LocalFile]) -> list[Line]:
+    """One upload request, a line per file. A request refused whole (past the server's upload limit: each file
+    alone then; admission, quota) gives each of its files the server's reason instead of ending the run."""
+    try:
+        # the document id travels as the part's file name
+        reply = server.upload("/v1/files", fields, [(f.id, f.path.read_bytes()) for f in group])
+    except ServerError as exc:
+        if exc.status == 413 and len(group) > 1:
+            return [line for f in group for line in upload_group(server, fields, [f])]
+        return [Line("error", f.id, _refusal(exc)) for f in group]
+    return [file_line(item) for item in reply["files"]]
+
+
+def _refusal(exc: ServerError) -> str:
+    try:
+        error = json.loads(exc.body)["error"]
+        return f"{error['code']}: {error['message']}"
+    except (ValueError, KeyError, TypeError):
+        return f"server answered {exc.status}"
+
+
+async def ingest_local(services, args, files: list[LocalFile], bar, max_file_bytes: int) -> list[Line]:
     from .file_ingest import FileInput
     from .serve.responses import files_json
 
     docs = await asyncio.to_thread(_all_documents, services.library, args.tenant, args.partition)
     stored = {d.key: d.file.sha256 if d.file else None for d in docs}
     send, same, gone = plan(files, stored, args.sync)
-    lines = [Line("unchanged", f.id) for f in same]
-    bar.update(len(same))
+    send, lines = oversized(send, max_file_bytes)
+    lines += [Line("unchanged", f.id) for f in same]
+    bar.update(len(lines))  # the unchanged and the oversized
     groups = batches(send)
     for n, group in enumerate(groups):
         inputs = [FileInput(f.id, f.path.read_bytes()) for f in group]

@@ -30,8 +30,10 @@ _WORD = re.compile(r"\w+", re.UNICODE)
 
 
 def needs_engines(settings: Settings, mode: str) -> bool:
+    """Whether `mode` (auto: what the settings do) can ask the rewrite engine."""
     c = settings.conversation
-    return mode == "rewrite" or (mode == "auto" and c.standalone in ("auto", "rewrite") and c.followup == "rewrite")
+    chosen = c.standalone if mode == "auto" else mode
+    return chosen == "rewrite" or (chosen == "auto" and c.followup == "rewrite")
 
 
 async def evaluate_conversations(settings: Settings, folder: Path, modes: Sequence[str] = ("auto",),

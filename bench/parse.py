@@ -130,6 +130,48 @@ def load_cases(quick: bool) -> list[FileCase]:
     return cases
 
 
+PPTX_DECKS = {"scifact": 60, "cmrc": 40}  # neither folder has PowerPoint files: decks are made from their texts
+_SENTENCE_END = re.compile(r"[.!?]\s+|[。！？]")
+
+
+def pptx_cases(quick: bool) -> list[FileCase]:
+    """Decks made with python-pptx from the first documents of each folder's corpus.jsonl: the title on a title
+    slide, then the text a few sentences (about 400 characters) a slide, in a text box."""
+    import pptx
+    from pptx.util import Inches
+
+    cases = []
+    for dataset, folder in FOLDERS.items():
+        with open(folder / "corpus.jsonl", encoding="utf-8") as f:
+            docs = [json.loads(line) for line in f if line.strip()][:4 if quick else PPTX_DECKS[dataset]]
+        for d in docs:
+            title, text = d.get("title") or "", d.get("text") or ""
+            deck = pptx.Presentation()
+            slide = deck.slides.add_slide(deck.slide_layouts[5])  # title only
+            slide.shapes.title.text = title
+            for piece in _slide_texts(text):
+                box = deck.slides.add_slide(deck.slide_layouts[6]).shapes.add_textbox(
+                    Inches(0.5), Inches(0.5), Inches(9), Inches(6))
+                box.text_frame.word_wrap = True
+                box.text_frame.text = piece
+            out = io.BytesIO()
+            deck.save(out)
+            reference = "\n".join(x for x in (title, text) if x)
+            cases.append(FileCase(dataset, f"{d['_id']}-deck", Path(f"{d['_id']}.pptx"), "pptx", "python-pptx",
+                                  out.getvalue(), reference, len(deck.slides)))
+    return cases
+
+
+def _slide_texts(text: str, size: int = 400) -> list[str]:
+    """The text cut after a sentence (". " or a CJK full stop) once a piece reaches `size` characters."""
+    pieces, start = [], 0
+    for end in (m.end() for m in _SENTENCE_END.finditer(text)):
+        if end - start >= size:
+            pieces.append(text[start:end].strip())
+            start = end
+    return [p for p in pieces + [text[start:].strip()] if p]
+
+
 # ---------------------------------------------------------------- the tools: bytes -> (title, body)
 
 def ours(case: FileCase) -> tuple[str, str]:
@@ -182,11 +224,13 @@ _MD_RULE = re.compile(r"^[ \t]*(?:[-*_][ \t]*){3,}$"  # a thematic break
 _MD_BULLET = re.compile(r"^[ \t]*[-*+][ \t]+", re.M)
 _MD_EMPHASIS = re.compile(r"\*\*|__")
 _MD_ESCAPE = re.compile(r"\\([\\`*_{}\[\]()#+\-.!|<>~])")
+_MD_COMMENT = re.compile(r"<!--.*?-->", re.S)  # markitdown's "<!-- Slide number: 3 -->"
 
 
 def strip_markdown(text: str) -> str:
     """Light: headings' #, links and images to their text, rules and table separator rows, bullets, ** and __,
-    table pipes, backslash escapes. Enough that markitdown is not charged for its own syntax."""
+    table pipes, backslash escapes, HTML comments. Enough that markitdown is not charged for its own syntax."""
+    text = _MD_COMMENT.sub("", text)
     text = _MD_LINK.sub(r"\1", text)
     text = _MD_RULE.sub("", text)
     text = _MD_HEADING.sub("", text)
@@ -485,7 +529,9 @@ def markdown(r: dict) -> str:
         "- Data: `shared/data/scifact_files` (500 SciFact abstracts: PDF by LibreOffice and by Chromium, DOCX, HTML "
         "with site boilerplate, Markdown, UTF-8 text) and `shared/data/cmrc_files` (250 Chinese Wikipedia paragraphs: "
         "LibreOffice PDF, DOCX, HTML with boilerplate, GB18030 text); reference text = title + text from each "
-        "folder's corpus.jsonl.", "",
+        "folder's corpus.jsonl. Neither folder has PowerPoint files: the run makes decks with python-pptx from the "
+        f"first {PPTX_DECKS['scifact']} SciFact and {PPTX_DECKS['cmrc']} CMRC texts (the title on a title slide, "
+        "then about 400 characters of text a slide in a text box), fidelity and speed only.", "",
     ]
     if "fidelity" in r:
         lines += _fidelity_section(r["fidelity"])
@@ -526,7 +572,8 @@ def _fidelity_section(fid: dict) -> list[str]:
         "boilerplate do; mean over files (min in brackets). < 0.95: files whose char F1 or order is below 0.95. "
         "hyphens joined: hyphenated words of the reference (`low-expression`) that the extract has joined "
         "(`lowexpression`): a line-end hyphen taken for a soft one.",
-        "- files/s, MB/s, pages/s: files, input bytes, PDF pages over the summed per-file times, one thread.",
+        "- files/s, MB/s, pages/s: files, input bytes, PDF pages (slides for PPTX) over the summed per-file times, "
+        "one thread.",
         "- Offline: every outgoing connection in the process was refused and counted while the tools ran: "
         + ("not checked in this run" if "network_attempt_count" not in fid else
            f"{fid['network_attempt_count']} attempts" + (f" ({', '.join(fid['network_attempts'])})"
@@ -699,7 +746,7 @@ async def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     log = machine.progress_log(started)
     results: dict = {"meta": {**machine.machine_info(PACKAGES), "quick": args.quick}}
-    cases = load_cases(args.quick)
+    cases = load_cases(args.quick) + pptx_cases(args.quick)
     log(f"{len(cases)} files loaded ({sum(len(c.data) for c in cases) / 1e6:.1f} MB)")
     steps = results["steps"] = {}
 

@@ -9,12 +9,15 @@ from support import DATA, SCIFACT, LiveServer, beir_slice, free_port, make_setti
 
 
 def cli(*args: str, data_dir: Path, models_dir: Path, port: int, timeout: int = 600,
-        key: str | None = None) -> subprocess.CompletedProcess:
-    """`key`: the API key in $APPLIANCE_API_KEY (none otherwise, whatever the test runner has)."""
+        key: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`key`: the API key in $APPLIANCE_API_KEY (none otherwise, whatever the test runner has); `env`: more
+    settings."""
+    extra = env or {}
     env = {**os.environ, "APPLIANCE_DATA_DIR": str(data_dir), "APPLIANCE_MODELS_DIR": str(models_dir),
            "APPLIANCE_SERVER_PORT": str(port), "APPLIANCE_DEMO_CORPUS": "false", "APPLIANCE_LOG_LEVEL": "warning"}
     env.pop("APPLIANCE_API_KEY", None)
     env.update({"APPLIANCE_API_KEY": key} if key else {})
+    env.update(extra)
     return subprocess.run([sys.executable, "-m", "appliance", *args], capture_output=True, text=True, env=env,
                           timeout=timeout)
 
@@ -239,3 +242,100 @@ def test_eval_retrieval_reads_a_folder_of_files_through_the_parsers(tmp_path, mo
     report = json.loads(done.stdout)
     assert report["files"] == 60 and report["files_failed"] == 0
     assert report["queries"] == len(wanted) and report["ndcg@10"] > 0.5
+
+
+def write_conversations(folder: Path, conversations: int, distractors: int) -> None:
+    """The first doc2dial conversations, their qrels, their documents and a few others."""
+    source = DATA / "doc2dial_conversations"
+    lines = [line for line in (source / "conversations.jsonl").read_text().splitlines() if line.strip()]
+    kept = lines[:conversations]
+    ids = {json.loads(line)["id"] for line in kept}
+    qrels = (source / "qrels" / "test.tsv").read_text().splitlines()
+    rows = [qrels[0]] + [row for row in qrels[1:] if row.split("\t")[0].rsplit("_", 1)[0] in ids]
+    wanted = {row.split("\t")[1] for row in rows[1:]}
+    corpus = [line for line in (source / "corpus.jsonl").read_text().splitlines() if line.strip()]
+    chosen = [c for c in corpus if json.loads(c)["_id"] in wanted]
+    chosen += [c for c in corpus if json.loads(c)["_id"] not in wanted][:distractors]
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "conversations.jsonl").write_text("\n".join(kept) + "\n")
+    (folder / "corpus.jsonl").write_text("\n".join(chosen) + "\n")
+    (folder / "qrels" / "test.tsv").write_text("\n".join(rows) + "\n")
+
+
+def test_eval_conversations_prints_first_turns_and_follow_ups_apart(tmp_path, models_dir):
+    folder = tmp_path / "conversations"
+    write_conversations(folder, conversations=3, distractors=12)
+    reports = {}
+    for mode in ("raw", "expand"):
+        done = cli("eval", "conversations", "--data", str(folder), "--mode", mode, "--json",
+                   data_dir=tmp_path / "state", models_dir=models_dir, port=free_port())
+        assert done.returncode == 0, done.stderr
+        reports[mode] = json.loads(done.stdout)
+    raw, expand = reports["raw"], reports["expand"]
+    assert set(raw) == {"mode", "turns", "followups", "first_turn", "followup", "rewrite_p50_ms", "rewrite_p99_ms"}
+    assert raw["turns"] > raw["followups"] >= 3 and set(raw["followup"]) == {"recall@10", "ndcg@10", "mrr@10"}
+    assert raw["first_turn"] == expand["first_turn"], "a first turn goes as it is in every mode"
+    assert expand["followup"]["ndcg@10"] > raw["followup"]["ndcg@10"], (expand["followup"], raw["followup"])
+    assert raw["rewrite_p99_ms"] == 0 < expand["rewrite_p50_ms"] <= expand["rewrite_p99_ms"]
+
+
+def test_eval_conversations_scores_standalone_questions_against_human_rewrites(tmp_path, models_dir):
+    rewrites = DATA / "cast2019_rewrites" / "rewrites.jsonl"
+    done = cli("eval", "conversations", "--rewrites", str(rewrites), "--mode", "raw", "--limit", "40", "--json",
+               data_dir=tmp_path / "state", models_dir=models_dir, port=free_port())
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["pairs"] == 40 and report["mode"] == "raw"
+    assert report["f1"] == report["raw_f1"] and 0.3 < report["raw_f1"] < 1.0, report
+    both = cli("eval", "conversations", "--mode", "raw", data_dir=tmp_path / "state", models_dir=models_dir,
+               port=free_port())
+    assert both.returncode != 0 and "--data DIR or --rewrites FILE" in both.stderr
+
+
+def test_ingest_reports_every_bad_file_and_stores_the_rest(tmp_path, models_dir):
+    """Locally: corrupt, zip-bombed, scanned, unsupported and oversized files each get their reason, the good file
+    is stored, the exit status is 1; a second run changes nothing."""
+    from hostile_files import SCIFACT_FILES, png, scanned_pdf, truncated, zip_bomb_docx
+
+    folder = tmp_path / "share"
+    folder.mkdir()
+    (folder / "good.md").write_text("# Pumps\n\nThe pump is serviced every March.\n")
+    (folder / "cut.docx").write_bytes(truncated(next(SCIFACT_FILES.glob("*.docx")).read_bytes()))
+    (folder / "bomb.docx").write_bytes(zip_bomb_docx(1024))
+    (folder / "scan.pdf").write_bytes(scanned_pdf())
+    (folder / "photo.png").write_bytes(png())
+    (folder / "huge.txt").write_bytes(b"big " * 300_000)  # 1.2 MB against parse.max_file_bytes = 1 MB
+    data, port = tmp_path / "state", free_port()
+
+    def ingest() -> subprocess.CompletedProcess:
+        return cli("ingest", "--tenant", "ops", "--partition", "share", str(folder), data_dir=data,
+                   models_dir=models_dir, port=port, env={"APPLIANCE_PARSE_MAX_FILE_BYTES": "1000000"})
+
+    first, second = ingest(), ingest()
+    errors = {line.split()[1]: line.split()[2] for line in first.stdout.splitlines() if line.startswith("error")}
+    assert first.returncode == 1, first.stderr
+    assert errors == {"cut.docx": "corrupt_file:", "bomb.docx": "too_large:", "scan.pdf": "no_text_layer:",
+                      "photo.png": "unsupported_format:", "huge.txt": "too_large:"}, first.stdout
+    assert first.stdout.splitlines()[-1] == "1 created, 5 error"
+    assert second.stdout.splitlines()[-1] == "5 error, 1 unchanged", second.stdout
+
+
+def test_ingest_through_a_server_whose_upload_limit_a_batch_passes(tmp_path, models_dir):
+    """A batch past the server's parse.max_upload_bytes is sent again file by file: the small files are stored,
+    the big one is refused with the server's reason, and the run goes on to the end."""
+    folder = tmp_path / "share"
+    folder.mkdir()
+    (folder / "a.md").write_text("# Lighthouses\n\nKeepers logged every passing ship by hand.\n")
+    (folder / "b.txt").write_text("The boiler restarts itself after a power cut.")
+    (folder / "big.txt").write_bytes(b"lots of words " * 20_000)  # 280 KB
+    settings = make_settings(tmp_path / "state", models_dir, parse_max_upload_bytes="200000",
+                             parse_max_file_bytes="200000")
+    with LiveServer(settings) as live:
+        done = cli("ingest", "--tenant", "t", "--partition", "share", str(folder), data_dir=tmp_path / "unused",
+                   models_dir=models_dir, port=live.port)
+        with live.client() as c:
+            listing = c.get("/v1/documents", params={"tenant": "t", "partition": "share"}).json()["documents"]
+    lines = done.stdout.splitlines()
+    assert done.returncode == 1 and lines[-1] == "2 created, 1 error", done.stdout + done.stderr
+    assert any(line.startswith("error     big.txt  body_too_large:") for line in lines), lines
+    assert [d["id"] for d in listing] == ["a.md", "b.txt"]

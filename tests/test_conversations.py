@@ -320,3 +320,25 @@ def test_a_question_no_passage_covers_is_not_answered_from_nothing(settings, tok
     assert on.finish_reason == "stop" and on_sources.sources[0].document_id == "psoriasis"
     assert len(small.prompts) == 2, "the off-topic English question reached no engine"
     assert chinese.finish_reason == "stop", "the floor is measured for English only: Chinese questions skip it"
+
+
+def test_a_follow_up_never_takes_a_cached_answer_on_its_bare_words(llm_served):
+    """Real engines and caches: the words of a cached lone question, asked again inside a conversation (as they
+    are, or nearly), are answered for that conversation: neither the exact nor the semantic cache serves them."""
+    live, _ = llm_served
+    history = [{"role": "user", "content": "What is a partition in the appliance?"},
+               {"role": "assistant", "content": "A named set of one tenant's documents with its own index."}]
+    ask = {"model": "small", "max_tokens": 6}
+    with live.client() as c:
+        lone = c.post("/v1/ask", json={"question": "How is a partition searched?", **ask}).json()
+        repeat = c.post("/v1/ask", json={"question": "How is a partition searched?", **ask}).json()
+        followed = c.post("/v1/ask", json={"question": "How is a partition searched?", "history": history,
+                                           **ask}).json()
+        near = c.post("/v1/ask", json={"question": "How is a partition searched ?", "history": history,
+                                       **ask}).json()
+        again = c.post("/v1/ask", json={"question": "How is a partition searched?", "history": history,
+                                        **ask}).json()
+    assert lone["cache"] == "none" and lone["finish_reason"] != "not_covered", lone
+    assert repeat["cache"] == "exact", "the lone question is cached"
+    assert followed["cache"] == "none" and near["cache"] == "none", (followed["route"], near["route"])
+    assert again["cache"] == "exact", "the same conversation again is its own cache entry"

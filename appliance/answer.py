@@ -25,7 +25,7 @@ from .timings import Stage, Timings, ms_since
 
 AUTO = "auto"
 PROMPT_RESERVE = 400  # tokens of the context kept beside the budgeted parts: our system prefix and the question
-QUESTION_RESERVE_TOKENS = 250  # of that reserve, the question's; a longer question takes the rest from the passages
+QUESTION_RESERVE_TOKENS = 200  # of that reserve, the question's; a longer one takes room from the passages
 LOOP_CHECK_EVERY = 4  # stream deltas between two looks for a repeated tail
 
 
@@ -203,7 +203,8 @@ class Answerer:
             while True:
                 try:
                     delta = await asyncio.wait_for(stream.__anext__(), deadline - time.perf_counter())
-                except StopAsyncIteration:
+                except StopAsyncIteration:  # a loop that showed in the last few deltas is still a loop
+                    parts, finish = _stop_loop(parts, finish)
                     break
                 except asyncio.TimeoutError:  # the engine's stream was cancelled, which aborts the request
                     finish = "deadline"
@@ -214,10 +215,11 @@ class Answerer:
                 if delta.text:
                     parts.append(delta.text)
                     yield Token(delta.text)
-                    # a loop: stop it here (looked for every few tokens: the check reads 600 characters)
-                    if len(parts) % LOOP_CHECK_EVERY == 0 and (cut := repeated_tail("".join(parts[-200:]))) is not None:
-                        parts, finish = [_cut("".join(parts), cut, "".join(parts[-200:]))], "repetition"
-                        break
+                    # a loop: stop it here (looked for every few deltas: the check reads 600 characters)
+                    if len(parts) % LOOP_CHECK_EVERY == 0:
+                        parts, finish = _stop_loop(parts, finish)
+                        if finish == "repetition":
+                            break
         except EngineDown as exc:
             self.engines.report_dead(engine)
             if last is not None:
@@ -258,10 +260,12 @@ class Answerer:
         used = sum(token_count(tokenizer, t.text, budget) + 4 for t in history)
         system = fit_tokens(tokenizer, req.system, budget // 4)
         used += token_count(tokenizer, system, budget)
-        # the reserve beside the budget holds ~150 tokens of our prefix and a question of ~250
-        used += max(0, token_count(tokenizer, req.prompt_question, budget) - QUESTION_RESERVE_TOKENS)
-        return build_prompt(tokenizer, req.task, self.generate.concise, _passages(result.hits),
-                            req.prompt_question, max(0, budget - used), history, system)
+        # the reserve beside the budget holds our prefix (~170 tokens) and a question of QUESTION_RESERVE_TOKENS;
+        # a longer one takes up to another quarter of the budget and is cut past that
+        question = fit_tokens(tokenizer, req.prompt_question, QUESTION_RESERVE_TOKENS + budget // 4)
+        used += max(0, token_count(tokenizer, question, budget) - QUESTION_RESERVE_TOKENS)
+        return build_prompt(tokenizer, req.task, self.generate.concise, _passages(result.hits), question,
+                            max(0, budget - used), history, system)
 
     def _uncovered(self, result: SearchResult, question: str) -> str | None:
         """Why no answer should be generated from these passages (none relevant enough), or None. The floor was
@@ -297,9 +301,15 @@ def cited_sources(sources: list[Source], text: str) -> list[Source]:
     return chosen or sources
 
 
-def _cut(text: str, cut: int, tail: str) -> str:
-    """The answer up to the first occurrence of its repeated tail (`cut` is an index into `tail`, its end)."""
-    return text[:len(text) - len(tail) + cut].rstrip()
+def _stop_loop(parts: list[str], finish: str | None) -> tuple[list[str], str | None]:
+    """The answer's parts cut at the first occurrence of a repeated tail, with finish "repetition"; unchanged
+    when its end does not repeat."""
+    tail = "".join(parts[-200:])
+    cut = repeated_tail(tail)
+    if cut is None:
+        return parts, finish
+    text = "".join(parts)
+    return [text[:len(text) - len(tail) + cut].rstrip()], "repetition"
 
 
 def sources_of(hits: list[Hit]) -> list[Source]:

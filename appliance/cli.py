@@ -167,7 +167,7 @@ def _ingest(settings: Settings, args) -> None:
     from .cli_ingest import Line, check_sync_args, ingest_local, ingest_remote, local_files, summary
 
     check_sync_args(args)
-    files, corpora = local_files(args.paths)
+    files, corpora = local_files(args.paths, settings.parse.max_file_bytes)
     docs = list(_read_corpora(corpora))
     if not files and not docs:
         sys.exit("no files found")

@@ -40,8 +40,9 @@ class Line:
     detail: str = ""
 
 
-def local_files(paths: list[Path]) -> tuple[list[LocalFile], list[Path]]:
-    """Files to ingest (hidden ones and Office lock files skipped) and the BEIR corpora among them."""
+def local_files(paths: list[Path], max_file_bytes: int) -> tuple[list[LocalFile], list[Path]]:
+    """Files to ingest (hidden ones and Office lock files skipped) and the BEIR corpora among them. A file past
+    `max_file_bytes` is not read (its sha256 left empty): it is refused unread (`oversized`)."""
     found: list[LocalFile] = []
     corpora: list[Path] = []
     for root in paths:
@@ -55,15 +56,17 @@ def local_files(paths: list[Path]) -> tuple[list[LocalFile], list[Path]]:
             if path.name == "corpus.jsonl":
                 corpora.append(path)
             else:
-                found.append(LocalFile(key, path, path.stat().st_size, _sha256(path)))
+                size = path.stat().st_size
+                found.append(LocalFile(key, path, size, _sha256(path) if size <= max_file_bytes else ""))
     return found, corpora
 
 
 def plan(files: list[LocalFile], stored: dict[str, str | None],
          sync: bool) -> tuple[list[LocalFile], list[LocalFile], list[str]]:
     """(to send, unchanged, to delete): `stored` maps the partition's document ids to their file's sha256."""
-    send = [f for f in files if stored.get(f.id, "") != f.sha256]
-    same = [f for f in files if stored.get(f.id, "") == f.sha256]
+    same = [f for f in files if f.sha256 and stored.get(f.id, "") == f.sha256]  # an unread file is never the same
+    unchanged = {f.id for f in same}
+    send = [f for f in files if f.id not in unchanged]
     here = {f.id for f in files}
     # only documents that came from files are mirrored; text documents posted to the partition stay
     gone = sorted(key for key, sha in stored.items() if sha is not None and key not in here) if sync else []

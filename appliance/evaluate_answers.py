@@ -88,4 +88,4 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _normal(text: str) -> str:
-    return " ".join(re.findall(r"\w+", re.sub(r"\[\d+\]", "", text.lower())))
+    return " ".join(re.findall(r"\w+", re.sub(r"\[\d+(?:\s*,\s*\d+)*\]", "", text.lower())))

@@ -60,6 +60,8 @@ class StandaloneQuestions:
             # the whole conversation glued on: the naive peer that the expansion and the rewrite are measured against
             return Standalone(history_query(question, earlier, max_turns=None, answers=True), "history",
                               ms_since(started))
+        if mode == "rewrite" and len(question) > MAX_REWRITE_QUESTION_CHARS:
+            mode = "expand"  # a question this long names its own topic; the expansion adds what it may lack
         if mode == "rewrite":
             rewritten = await self._rewrite(question, earlier)
             if rewritten is not None:
@@ -69,8 +71,6 @@ class StandaloneQuestions:
         return Standalone(await asyncio.to_thread(expand_question, question, earlier), "expand", ms_since(started))
 
     async def _rewrite(self, question: str, history: list[Turn]) -> str | None:
-        if len(question) > MAX_REWRITE_QUESTION_CHARS:
-            return None  # a question this long names its own topic; the expansion adds what it may lack
         # forced: a rewrite the rewrite engine cannot take now is expanded, not sent to the (slower) other engine
         pick = self.engines.pick(self.settings.rewrite_engine, forced=True) if self.engines else None
         if pick is None or pick.engine is None:

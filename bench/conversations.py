@@ -16,7 +16,8 @@ steps run one after another (the vLLM engines the product starts are its own wor
    followup = rewrite for auto with rewrite. Every conversation for the modes without an engine, the first 100 for
    all of them.
 2. Token F1 of the standalone question against human rewrites (`evaluate_rewrites`): CAsT 2019 and CANARD.
-3. Answers through the real engines (`evaluate_answers`), the recent turns in the prompt on and off.
+3. Answers through the real engines (`evaluate_answers`), the recent turns in the prompt on and off, then on
+   with a frequency penalty (PENALTY) on both engines, against loops.
 """
 from __future__ import annotations
 
@@ -209,8 +210,12 @@ async def rewrites(args, counter: MethodCounter, log) -> list[dict]:
     rows = []
     for name, path in REWRITES.items():
         limit = args.cast if name == "CAsT 2019" else args.canard
-        # every row without an engine; then the first llm_rows in every mode, the rewrite among them
-        runs = [(mode, limit) for mode in REWRITE_MODES] + [(mode, args.llm_rows) for mode in ("expand", "auto")]
+        # every row without an engine; then, on the first llm_rows, the rewrite and (where those are not every row)
+        # expand and auto again, so that they compare on the same rows
+        rows_in_file = sum(1 for line in open(path, encoding="utf-8") if line.strip())
+        runs = [(mode, limit) for mode in REWRITE_MODES]
+        if args.llm_rows < min(limit or rows_in_file, rows_in_file):
+            runs += [(mode, args.llm_rows) for mode in ("expand", "auto")]
         for mode, rows_limit in runs + [("rewrite", args.llm_rows)]:
             started = time.perf_counter()
             settings = make_settings(generation=mode == "rewrite", large=False, standalone="auto")
@@ -268,7 +273,8 @@ def markdown(r: dict) -> str:
         f"- Settings: defaults (`load_settings`) with APPLIANCE_MODELS_DIR=models, APPLIANCE_DEMO_CORPUS=false, "
         f"APPLIANCE_LOG_LEVEL=warning; APPLIANCE_GENERATE_ENABLED=true only where an engine is needed (rewrite "
         f"modes, answers), else false; steps 1 and 2 with APPLIANCE_CONVERSATION_STANDALONE=auto (so that their mode "
-        f"\"auto\" is that strategy; step 3 keeps the default, {m['defaults']['standalone']}), "
+        f"\"auto\" is that strategy; step 3 keeps the default, {m['defaults']['standalone']}; its third run sets "
+        f"APPLIANCE_SMALL_FREQUENCY_PENALTY and APPLIANCE_LARGE_FREQUENCY_PENALTY={PENALTY:g}), "
         f"APPLIANCE_CONVERSATION_FOLLOWUP=rewrite for \"{AUTO_REWRITE}\", APPLIANCE_LARGE_ENABLED=false where only "
         "the rewrite engine is used. Rewrite "
         f"engine: small ({m['rewrite']['model']}), at most {m['rewrite']['max_tokens']} tokens, timeout "
@@ -500,7 +506,8 @@ def judge(r: dict) -> list[dict]:
                                          f"timeout ({timeout_ms:.0f} ms) plus 10%", "measured": f"{p99:.0f} ms",
                                  "met": p99 <= timeout_ms * 1.1})
     for run in r.get("answers", []):
-        verdicts.append({"what": f"answers (history {'on' if run['history_in_prompt'] else 'off'}): a run within "
+        verdicts.append({"what": f"answers (history {'on' if run['history_in_prompt'] else 'off'}, frequency "
+                                 f"penalty {run.get('frequency_penalty', 0):g}): a run within "
                                  f"about {ANSWER_BUDGET_MIN:g} min", "measured": f"{run['wall_s'] / 60:.1f} min",
                          "met": run["wall_s"] <= ANSWER_BUDGET_MIN * 60 * 1.1})
     if not verdicts:
@@ -537,6 +544,7 @@ async def main(argv: list[str] | None = None) -> int:
     if not args.skip_retrieval:
         log("step 1: follow-up retrieval on doc2dial")
         folder = subset_folder(args.conversations, args.quick, log) if args.conversations else DOC2DIAL
+        args.llm_conversations = min(args.llm_conversations, args.conversations or args.llm_conversations)
         llm_folder = subset_folder(args.llm_conversations, args.quick, log)
         results["meta"].update(
             doc2dial_folder=os.path.relpath(folder, REPO), llm_folder=os.path.relpath(llm_folder, REPO),
@@ -553,6 +561,8 @@ async def main(argv: list[str] | None = None) -> int:
         log(f"step 3: answers, first {args.answer_conversations} conversations, history on and off")
         await step("answers", answers(args, log))
     machine.write_results(args.out, results, markdown, started, judge, log)
+    for suffix in (".md", ".json"):  # the whole run is written: the checkpoint has served
+        args.out.with_name(args.out.name + "-partial").with_suffix(suffix).unlink(missing_ok=True)
     return 0
 
 

@@ -523,7 +523,6 @@ def _ratio(a, b) -> str:
 
 
 def markdown(r: dict) -> str:
-    m = r["meta"]
     lines = machine.report_header("Parsing benchmark", r, "bench-parse", "a few files per format")
     lines += [
         "- Data: `shared/data/scifact_files` (500 SciFact abstracts: PDF by LibreOffice and by Chromium, DOCX, HTML "

@@ -1,0 +1,1 @@
+"""Parts of bench/conversations.py: the modes it runs and its report."""

@@ -17,7 +17,7 @@ steps run one after another (the vLLM engines the product starts are its own wor
    all of them.
 2. Token F1 of the standalone question against human rewrites (`evaluate_rewrites`): CAsT 2019 and CANARD.
 3. Answers through the real engines (`evaluate_answers`), the recent turns in the prompt on and off, then on
-   with a frequency penalty (PENALTY) on both engines, against loops.
+   with the other frequency penalty (0 where the default penalises, else PENALTY) on both engines, against loops.
 """
 from __future__ import annotations
 
@@ -229,7 +229,8 @@ async def answers(args, log) -> list[dict]:
     from appliance.evaluate_answers import evaluate_answers
 
     runs = []
-    for history_in_prompt, penalty in ((True, None), (False, None), (True, PENALTY)):
+    other = 0.0 if make_settings(generation=False).small.frequency_penalty else PENALTY
+    for history_in_prompt, penalty in ((True, None), (False, None), (True, other)):
         started = time.perf_counter()
         settings = make_settings(generation=True, penalty=penalty)
         report = await evaluate_answers(settings, DOC2DIAL, history_in_prompt, args.answer_conversations,

@@ -124,9 +124,10 @@ class EngineSettings:
     max_waiting: int = 64  # requests beyond max_num_seqs it may hold; past that it takes no more
     enabled: bool = True  # off: this role has no engine; every answer goes to the other one
     context_share: float = 1.0  # share of generate.context_tokens this engine's prompts give the passages
-    # vLLM's frequency_penalty on the answer's own tokens (not the prompt's: an answer should copy its passages);
-    # measured against loops in bench/results/conversations.md
-    frequency_penalty: float = 0.0
+    # vLLM's frequency_penalty on the answer's own tokens (not the prompt's: an answer should copy its passages).
+    # Measured on SmolLM2's doc2dial answers (bench/results/conversations.md): 0.5 cut the answers stopped as loops
+    # from 32.5 % to 5 % and raised token F1 from 0.159 to 0.179; 0 turns it off.
+    frequency_penalty: float = 0.5
 
 
 def _small_engine() -> EngineSettings:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import machine
 
-from .modes import ANSWER_BUDGET_MIN, AUTO_REWRITE, CHEAP_MODES, EXAMPLES, PENALTY, RETRIEVAL_MODES
+from .modes import ANSWER_BUDGET_MIN, AUTO_REWRITE, CHEAP_MODES, EXAMPLES, RETRIEVAL_MODES
 
 
 def _f(x, digits=4) -> str:
@@ -31,7 +31,7 @@ def markdown(r: dict) -> str:
         f"APPLIANCE_LOG_LEVEL=warning; APPLIANCE_GENERATE_ENABLED=true only where an engine is needed (rewrite "
         f"modes, answers), else false; steps 1 and 2 with APPLIANCE_CONVERSATION_STANDALONE=auto (so that their mode "
         f"\"auto\" is that strategy; step 3 keeps the default, {m['defaults']['standalone']}; its third run sets "
-        f"APPLIANCE_SMALL_FREQUENCY_PENALTY and APPLIANCE_LARGE_FREQUENCY_PENALTY={PENALTY:g}), "
+        f"APPLIANCE_SMALL_FREQUENCY_PENALTY and APPLIANCE_LARGE_FREQUENCY_PENALTY to the other value), "
         f"APPLIANCE_CONVERSATION_FOLLOWUP=rewrite for \"{AUTO_REWRITE}\", APPLIANCE_LARGE_ENABLED=false where only "
         "the rewrite engine is used. Rewrite "
         f"engine: small ({m['rewrite']['model']}), at most {m['rewrite']['max_tokens']} tokens, timeout "
@@ -141,12 +141,14 @@ def _answers_section(r: dict) -> list[str]:
              "max_tokens=96)`: every turn with a gold answer and a judged document of the first "
              f"{runs[0]['conversations']} conversations answered through the real engines (default settings: "
              f"{_default_label(r['meta'])} for retrieval, router, caches off), the recent turns in the "
-             "prompt (history_turns = 6) or none (history_turns = 0). N was sized so that a run takes about "
-             f"{ANSWER_BUDGET_MIN:g} minutes on this box. F1 / exact match: tokens of the answer (citations "
+             "prompt (history_turns = 6) or none (history_turns = 0); a run took "
+             f"{runs[0]['wall_s'] / 60:.1f} min here. F1 / exact match: tokens of the answer (citations "
              "stripped for EM) against the agent's reply; citing: the answer cites at least one passage; citation "
              "accuracy: a cited passage comes from the turn's document; top source: the first source does; loops: "
              "stopped as repetition (generate/repetition.py); not covered: refused by the relevance floor "
-             f"(generate.min_relevance). The third run adds frequency_penalty = {PENALTY:g} on both engines.", "",
+             f"(generate.min_relevance). The first two runs have the default frequency_penalty "
+             f"({runs[0].get('frequency_penalty', 0):g}), the third sets it to "
+             f"{runs[-1].get('frequency_penalty', 0):g} on both engines.", "",
              "| history in prompt | frequency penalty | answers | F1 | exact match | follow-up F1 | citing | "
              "citation accuracy | top source | loops | not covered | degraded | answers/min | wall s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

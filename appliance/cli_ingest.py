@@ -81,6 +81,14 @@ def oversized(files: list[LocalFile], max_file_bytes: int) -> tuple[list[LocalFi
                                       " bytes") for f in files if f.size > max_file_bytes]
 
 
+def plan_lines(files: list[LocalFile], stored: dict[str, str | None], sync: bool,
+               max_file_bytes: int) -> tuple[list[LocalFile], list[str], list[Line]]:
+    """(to send, to delete, the lines already known: oversized files refused, unchanged ones)."""
+    send, same, gone = plan(files, stored, sync)
+    send, lines = oversized(send, max_file_bytes)
+    return send, gone, lines + [Line("unchanged", f.id) for f in same]
+
+
 def batches(files: list[LocalFile]) -> list[list[LocalFile]]:
     out: list[list[LocalFile]] = [[]]
     size = 0
@@ -125,9 +133,7 @@ def ingest_remote(server: ApplianceClient, args, files: list[LocalFile], bar, ma
         if not page["next"]:
             break
         after = page["next"]
-    send, same, gone = plan(files, stored, args.sync)
-    send, lines = oversized(send, max_file_bytes)
-    lines += [Line("unchanged", f.id) for f in same]
+    send, gone, lines = plan_lines(files, stored, args.sync, max_file_bytes)
     bar.update(len(lines))  # the unchanged and the oversized
     groups = batches(send)
     for n, group in enumerate(groups):
@@ -170,9 +176,7 @@ async def ingest_local(services, args, files: list[LocalFile], bar, max_file_byt
 
     docs = await asyncio.to_thread(_all_documents, services.library, args.tenant, args.partition)
     stored = {d.key: d.file.sha256 if d.file else None for d in docs}
-    send, same, gone = plan(files, stored, args.sync)
-    send, lines = oversized(send, max_file_bytes)
-    lines += [Line("unchanged", f.id) for f in same]
+    send, gone, lines = plan_lines(files, stored, args.sync, max_file_bytes)
     bar.update(len(lines))  # the unchanged and the oversized
     groups = batches(send)
     for n, group in enumerate(groups):

@@ -258,13 +258,7 @@ async def main(argv: list[str] | None = None) -> int:
                                    "history_turns": c.history_turns, "history_tokens": c.history_tokens,
                                    "rewrite_timeout_s": c.rewrite_timeout_s}
     counter = MethodCounter()
-    steps = results["steps"] = {}
-
-    async def step(name: str, work):
-        before, t0 = round(os.getloadavg()[0], 2), time.perf_counter()
-        results[name] = await work
-        steps[name] = {"wall_s": round(time.perf_counter() - t0, 1), "load_before": before,
-                       "load_after": round(os.getloadavg()[0], 2)}
+    step = machine.step_runner(results)
 
     def checkpoint():  # what is done so far, in case a later step fails
         machine.write_results(args.out.with_name(args.out.name + "-partial"), results, markdown, started, judge, log)

@@ -81,3 +81,16 @@ def report_header(title: str, r: dict, recipe: str, quick_what: str) -> list[str
            or "none run"),
         "- Packages: " + ", ".join(f"{k} {v}" for k, v in m["packages"].items() if v),
     ]
+
+
+def step_runner(results: dict):
+    """`await step(name, work)`: results[name] = await work, and in results["steps"][name] its wall seconds and the
+    1-minute load before and after (what else ran on the box shows there)."""
+    steps = results.setdefault("steps", {})
+
+    async def step(name: str, work) -> None:
+        before, started = round(os.getloadavg()[0], 2), time.perf_counter()
+        results[name] = await work
+        steps[name] = {"wall_s": round(time.perf_counter() - started, 1), "load_before": before,
+                       "load_after": round(os.getloadavg()[0], 2)}
+    return step

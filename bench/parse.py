@@ -747,13 +747,7 @@ async def main(argv: list[str] | None = None) -> int:
     results: dict = {"meta": {**machine.machine_info(PACKAGES), "quick": args.quick}}
     cases = load_cases(args.quick) + pptx_cases(args.quick)
     log(f"{len(cases)} files loaded ({sum(len(c.data) for c in cases) / 1e6:.1f} MB)")
-    steps = results["steps"] = {}
-
-    async def step(name: str, work):
-        before, t0 = round(os.getloadavg()[0], 2), time.perf_counter()
-        results[name] = await work
-        steps[name] = {"wall_s": round(time.perf_counter() - t0, 1), "load_before": before,
-                       "load_after": round(os.getloadavg()[0], 2)}
+    step = machine.step_runner(results)
 
     if not args.skip_fidelity:
         log("step 1: fidelity and speed, per tool and format")

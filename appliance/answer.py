@@ -16,8 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from .config import ConversationSettings, GenerateSettings, RouterSettings
-from .generate import (EngineDown, EngineSet, Passage, Router, TextEngine, build_prompt, fit_tokens, recent_history,
-                       token_count)
+from .generate import EngineDown, EngineSet, Passage, Router, TextEngine, build_prompt, fit_tokens, recent_history
 from .generate.repetition import repeated_tail
 from .retrieve import Hit, PartitionFilter, Retriever, SearchResult
 from .text import Turn, has_cjk, normalise_question
@@ -256,14 +255,12 @@ class Answerer:
         history gets at most half of it, the client's system message a quarter (cut at its end), and what they and
         a long question take comes out of the passages' share, so the prompt always fits the engine's context."""
         c, tokenizer = self.conversation, engine.tokenizer
-        history = recent_history(tokenizer, req.history, c.history_turns, min(c.history_tokens, budget // 2))
-        used = sum(token_count(tokenizer, t.text, budget) + 4 for t in history)
-        system = fit_tokens(tokenizer, req.system, budget // 4)
-        used += token_count(tokenizer, system, budget)
+        history, used = recent_history(tokenizer, req.history, c.history_turns, min(c.history_tokens, budget // 2))
+        system, system_tokens = fit_tokens(tokenizer, req.system, budget // 4)
         # the reserve beside the budget holds our prefix (~170 tokens) and a question of QUESTION_RESERVE_TOKENS;
         # a longer one takes up to another quarter of the budget and is cut past that
-        question = fit_tokens(tokenizer, req.prompt_question, QUESTION_RESERVE_TOKENS + budget // 4)
-        used += max(0, token_count(tokenizer, question, budget) - QUESTION_RESERVE_TOKENS)
+        question, question_tokens = fit_tokens(tokenizer, req.prompt_question, QUESTION_RESERVE_TOKENS + budget // 4)
+        used += system_tokens + max(0, question_tokens - QUESTION_RESERVE_TOKENS)
         return build_prompt(tokenizer, req.task, self.generate.concise, _passages(result.hits), question,
                             max(0, budget - used), history, system)
 

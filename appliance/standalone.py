@@ -102,8 +102,9 @@ class StandaloneQuestions:
 
 
 def usable_rewrite(text: str, question: str) -> str | None:
-    """The rewrite's first line without quotes or a label, or None when it is no question: empty, far longer than
-    the conversation could justify, or an answer in disguise."""
+    """The rewrite's first line without quotes or a label, or None when it is empty or far longer than the
+    conversation could justify. An answer written in its place is not caught (SmolLM2 often does that: see
+    bench/results/conversations.md), which is one reason the default is the expansion."""
     line = text.strip().split("\n", 1)[0].strip().strip('"“”\'').strip()
     for label in ("Standalone question:", "Rewritten question:", "Question:"):
         if line.lower().startswith(label.lower()):

@@ -66,9 +66,10 @@ def with_client_system(system: str, client_system: str) -> str:
     return f"{system}\n\nThe application adds: {client_system.strip()}" if client_system.strip() else system
 
 
-def recent_history(tokenizer, history: Sequence[Turn], max_turns: int, budget_tokens: int) -> list[Turn]:
-    """The newest turns that fit `budget_tokens` (at most `max_turns`); older ones are dropped first, and a turn is
-    never cut in the middle."""
+def recent_history(tokenizer, history: Sequence[Turn], max_turns: int,
+                   budget_tokens: int) -> tuple[list[Turn], int]:
+    """The newest turns that fit `budget_tokens` (at most `max_turns`) and the tokens they take; older ones are
+    dropped first, and a turn is never cut in the middle."""
     kept: list[Turn] = []
     used = 0
     for turn in reversed(list(history)[-max_turns:] if max_turns else []):
@@ -78,24 +79,18 @@ def recent_history(tokenizer, history: Sequence[Turn], max_turns: int, budget_to
         kept.append(turn)
         used += cost
     kept.reverse()
-    return kept
+    return kept, used
 
 
-def token_count(tokenizer, text: str, limit: int) -> int:
-    """Tokens of `text`, counted on at most what `limit` tokens could hold (a text of megabytes is not tokenised
-    whole), so the count never exceeds what matters to a budget of `limit` by much."""
-    return len(tokenizer.encode(text[:max(limit, 0) * MAX_CHARS_PER_TOKEN], add_special_tokens=False)) if text else 0
-
-
-def fit_tokens(tokenizer, text: str, budget_tokens: int) -> str:
+def fit_tokens(tokenizer, text: str, budget_tokens: int) -> tuple[str, int]:
     """`text` with its end cut off at a token boundary so that at most `budget_tokens` tokens remain ("" when none
-    fit)."""
+    fit), and its tokens. Only what the budget could hold is tokenised (a text of megabytes is not)."""
     if not text.strip() or budget_tokens <= 0:
-        return ""
+        return "", 0
     ids = tokenizer.encode(text[:budget_tokens * MAX_CHARS_PER_TOKEN], add_special_tokens=False)
     if len(ids) <= budget_tokens and len(text) <= budget_tokens * MAX_CHARS_PER_TOKEN:
-        return text
-    return tokenizer.decode(ids[:budget_tokens]).rstrip() + " ..."
+        return text, len(ids)
+    return tokenizer.decode(ids[:budget_tokens]).rstrip() + " ...", min(len(ids), budget_tokens) + 2
 
 
 def warm_up_prompts(tokenizer, concise: bool) -> list[str]:

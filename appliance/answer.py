@@ -290,6 +290,11 @@ def cited_numbers(text: str) -> list[int]:
     return list(dict.fromkeys(found))
 
 
+def strip_citations(text: str) -> str:
+    """The answer without its citation marks."""
+    return _CITATION.sub("", text)
+
+
 def cited_sources(sources: list[Source], text: str) -> list[Source]:
     """The sources the answer cites; all of them when it cites none (a degraded answer, or a model that does not
     cite: nothing tells which it used)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .answer import AskRequest, Done, Sources, cited_numbers
+from .answer import AskRequest, Done, Sources, cited_numbers, strip_citations
 from .config import Settings
 from .evaluate import load_qrels, read_jsonl
 from .evaluate_conversations import PARTITION, TENANT, _ingest, token_f1
@@ -88,4 +88,4 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _normal(text: str) -> str:
-    return " ".join(re.findall(r"\w+", re.sub(r"\[\d+(?:\s*,\s*\d+)*\]", "", text.lower())))
+    return " ".join(re.findall(r"\w+", strip_citations(text).lower()))

@@ -1,11 +1,11 @@
 """The standalone-question stage: a follow-up ("Is it treatable?") made into a question that retrieval, the router
 and the caches can use on their own ("Is psoriasis treatable?").
 
-First turns go as they are. A follow-up that does not lean on the conversation goes as it is too; one that does is
-expanded with the salient terms of the earlier turns, or rewritten by the rewrite engine (a stable, versioned
-prompt whose prefix stays cached; bounded in tokens and time). A rewrite that cannot be had (engine off, down,
-busy, too slow) or that comes back unusable falls back to the expansion. What `conversation.standalone` and
-`conversation.followup` pick is measured in bench/results/conversations.md.
+First turns go as they are. A follow-up is, by default, expanded with the salient terms of the earlier turns; in
+`auto` only one that leans on the conversation is (or it is rewritten by the rewrite engine: a stable, versioned
+prompt whose prefix stays cached, bounded in tokens and time). A rewrite that cannot be had (engine off, down,
+busy, too slow, failing) or that comes back unusable falls back to the expansion. What `conversation.standalone`
+and `conversation.followup` pick is measured in bench/results/conversations.md.
 """
 from __future__ import annotations
 

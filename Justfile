@@ -56,6 +56,12 @@ bench-parse: setup
 bench-conversations: setup
     {{py}} bench/conversations.py
 
+# Languages: an English and a Chinese partition on one box (encoder per partition) vs each served alone and vs one
+# encoder for the box; the Chinese semantic cache vs GPTCache (AFQMC); writes bench/results/languages.md.
+bench-languages: setup
+    {{py}} -m pip install --quiet -e ".[{{extras}},bench]"
+    {{py}} bench/languages.py
+
 # Soak: the real server for 30 minutes while a normal app ingests, searches and asks and a hostile tenant attacks;
 # fds, memory, latency and every answer over time; writes bench/results/soak.md.
 bench-soak: setup

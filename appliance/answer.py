@@ -12,7 +12,7 @@ import hashlib
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from .config import ConversationSettings, GenerateSettings, RouterSettings
@@ -130,19 +130,23 @@ Event = Sources | Token | Done | Failed
 
 
 class Answerer:
-    def __init__(self, retriever: Retriever, engines: EngineSet, router: Router | None, generate: GenerateSettings,
-                 routing: RouterSettings, deadline_s: float = 3600.0,
+    def __init__(self, retriever: Retriever, engines: EngineSet, routers: Mapping[str, Router],
+                 generate: GenerateSettings, routing: RouterSettings, deadline_s: float = 3600.0,
                  conversation: ConversationSettings = ConversationSettings()):
-        self.retriever, self.engines, self.router = retriever, engines, router
+        """`routers`: by the encoder whose embeddings each was trained on; a question goes to the one of the
+        encoder for its language (none: by length)."""
+        self.retriever, self.engines, self.routers = retriever, engines, dict(routers)
         self.generate, self.routing, self.conversation = generate, routing, conversation
         self.deadline_s = deadline_s  # from the request's arrival to its last token
 
     async def ask(self, req: AskRequest) -> AsyncIterator[Event]:
         started = time.perf_counter()
         search = self.retriever.search(req.question, req.where, self.generate.passages)
-        if self.engines and req.model == AUTO and self.router is not None:
-            result, query = await asyncio.gather(search, self.retriever.encode(normalise_question(req.question),
-                                                                            req.where.tenant))
+        encoder = self.retriever.encoder_for(req.question)
+        router = self.routers.get(encoder)
+        if self.engines and req.model == AUTO and router is not None:
+            result, query = await asyncio.gather(search, self.retriever.encode(
+                normalise_question(req.question), req.where.tenant, encoder=encoder))
             embedding = query.dense
         else:
             result, embedding = await search, None
@@ -154,7 +158,7 @@ class Answerer:
             yield Done(NOT_COVERED, route, False, "not_covered", Usage(), timings)
             return
         t = time.perf_counter()
-        route, engine = await self._route(req, embedding, len(result.hits))
+        route, engine = await self._route(req, router, embedding, len(result.hits))
         timings.since(Stage.ROUTE, t)
         yield Sources(sources_of(result.hits), result.partitions, route)
         if engine is None:
@@ -163,18 +167,19 @@ class Answerer:
         async for event in self._generate(req, engine, route, result, timings, started):
             yield event
 
-    async def _route(self, req: AskRequest, embedding, n_passages: int) -> tuple[Route, TextEngine | None]:
+    async def _route(self, req: AskRequest, router: Router | None, embedding,
+                     n_passages: int) -> tuple[Route, TextEngine | None]:
         if not self.engines:
             return Route(None, req.model, "generation is turned off (generate.enabled = false)"), None
         if req.model != AUTO:
             preferred, reason, p_large = req.model, "requested by the client", None
-        elif self.router is None:
+        elif router is None:
             words = len(req.question.split())
             preferred = "small" if words <= self.routing.max_words_small else "large"
             reason, p_large = f"no router model: by length ({words} words)", None
         else:
             # features and rule cues scan the question (up to 4,000 characters): CPU work, off the event loop
-            decision = await asyncio.to_thread(self.router.decide, req.question, embedding, self.routing.bias,
+            decision = await asyncio.to_thread(router.decide, req.question, embedding, self.routing.bias,
                                                self.routing.max_words_small, context_tokens=n_passages * 200)
             preferred, reason, p_large = decision.engine, decision.reason, decision.p_large
         pick = self.engines.pick(preferred, forced=req.model != AUTO)
@@ -266,7 +271,8 @@ class Answerer:
 
     def _uncovered(self, result: SearchResult, question: str) -> str | None:
         """Why no answer should be generated from these passages (none relevant enough), or None. The floor was
-        measured on English questions; Chinese ones (MiniLM sees most of their characters as [UNK]) skip it."""
+        measured on English questions and MiniLM's late-interaction scores; Chinese ones (their partitions' USE has
+        no token vectors, so no such score) skip it."""
         floor = self.generate.min_relevance
         if not floor or has_cjk(question):
             return None  # off: the model answers from whatever was found (or from what it knows)

@@ -51,13 +51,15 @@ class CachedAnswerer:
         payload = None
         try:
             t = time.perf_counter()
-            query = await self.retriever.encode(req.question, req.where.tenant)
+            encoder = self.retriever.encoder_for(req.question)  # English by MiniLM, Chinese by USE: each its space
+            query = await self.retriever.encode(req.question, req.where.tenant, encoder=encoder)
             timings.since(Stage.ENCODE, t)
-            semantic = self.semantic if not context else None  # a paraphrase match ignores the conversation
+            # a paraphrase match ignores the conversation; and an encoder without a space here has no entries
+            semantic = self.semantic if not context and self.semantic and self.semantic.serves(encoder) else None
             if semantic is not None:
                 t = time.perf_counter()
                 found = await asyncio.to_thread(semantic.lookup, req.where.tenant, scope, req.question,
-                                                query.dense, versions, query.tokens, query.unknown)
+                                                query.dense, versions, query.tokens, query.unknown, encoder)
                 timings.since(Stage.SEMANTIC_CACHE, t)
                 if found.hit is not None:
                     payload = {**found.hit.payload, "entry_id": found.hit.entry_id}
@@ -77,7 +79,7 @@ class CachedAnswerer:
                     event.timings.set(Stage.TOTAL, ms_since(started))
                     if self._cacheable(event) and sources is not None:
                         payload = _payload(event, sources)
-                        await asyncio.to_thread(self._fill, key, req, scope, query, versions, payload)
+                        await asyncio.to_thread(self._fill, key, req, scope, query, encoder, versions, payload)
                 yield event
         finally:
             if leader:
@@ -87,10 +89,11 @@ class CachedAnswerer:
         return (self.deterministic and not done.degraded and done.finish_reason in CACHEABLE_FINISH
                 and bool(done.text.strip()))
 
-    def _fill(self, key: str, req: AskRequest, scope: str, query, versions: dict[str, int], payload: dict) -> None:
-        if self.semantic is not None and not req.context_key():
+    def _fill(self, key: str, req: AskRequest, scope: str, query, encoder: str, versions: dict[str, int],
+              payload: dict) -> None:
+        if self.semantic is not None and not req.context_key() and self.semantic.serves(encoder):
             entry_id = self.semantic.store(req.where.tenant, scope, req.question, query.dense, versions, payload,
-                                           query.tokens, query.unknown)
+                                           query.tokens, query.unknown, encoder)
             if entry_id is not None:  # None: a question its encoder cannot represent has no semantic entry
                 payload["entry_id"] = entry_id
         self.exact.put(key, payload)

@@ -71,6 +71,8 @@ def _add_document_commands(commands) -> None:
     ingest.add_argument("--tenant", required=True)
     ingest.add_argument("--partition", required=True)
     ingest.add_argument("--kind", help="document type of a new partition (default: default)")
+    ingest.add_argument("--language", choices=["auto", "en", "zh", "multi"],
+                        help="language of a new partition, which picks its encoder (default auto: its first files')")
     ingest.add_argument("--sync", action="store_true", help="mirror one folder into the partition: new and changed "
                         "files ingested, unchanged skipped, files gone from the folder deleted")
     ingest.add_argument("paths", nargs="+", type=Path)
@@ -101,6 +103,8 @@ def _add_document_commands(commands) -> None:
     reindex.add_argument("--partition")
     reindex.add_argument("--reparse", action="store_true", help="parse every kept file again, not only those an "
                          "older parser read")
+    reindex.add_argument("--language", choices=["auto", "en", "zh", "multi"], help="give the partitions this "
+                         "language (and its encoder); auto decides it again from their stored text")
     reindex.set_defaults(run=_reindex)
 
 
@@ -185,7 +189,7 @@ def _ingest(settings: Settings, args) -> None:
                 for start in range(0, len(docs), BATCH):
                     part = docs[start:start + BATCH]
                     result = await services.library.ingest(args.tenant, args.partition, part, args.kind,
-                                                           wait=start + BATCH >= len(docs))
+                                                           wait=start + BATCH >= len(docs), language=args.language)
                     lines.extend(Line(d.status, d.key) for d in result.documents)
                     bar.update(len(part))
         asyncio.run(local())
@@ -203,7 +207,7 @@ def _post_documents(server: ApplianceClient, args, docs: list, bar) -> list:
         part = docs[start:start + BATCH]
         reply = server.post("/v1/documents", {
             "tenant": args.tenant, "partition": args.partition, "wait": start + BATCH >= len(docs),
-            **({"kind": args.kind} if args.kind else {}),
+            **({"kind": args.kind} if args.kind else {}), **({"language": args.language} if args.language else {}),
             "documents": [{k: v for k, v in vars_of(d).items() if v is not None} for d in part],
         })
         lines += [Line(d["status"], d["id"]) for d in reply["documents"]]
@@ -272,14 +276,20 @@ def _print_answer_event(event: str, data: dict) -> None:
 
 
 def _reindex(settings: Settings, args) -> None:
+    if args.language and not args.partition:
+        sys.exit("--language changes one partition's encoder: name it with --partition (and --tenant)")
+
     async def run() -> None:
         async with _opened(settings) as services:
             for parsed in await services.files.reparse(args.tenant, args.partition, force=args.reparse):
                 failed = [f for f in parsed.files if f.error is not None]
                 print(f"{parsed.tenant}/{parsed.partition}: {len(parsed.files)} files parsed again"
                       + (f", {len(failed)} failed (their documents are kept as they were)" if failed else ""))
-            for r in await services.library.reindex(args.tenant, args.partition):
+            for r in await services.library.reindex(args.tenant, args.partition, args.language):
                 print(f"{r.tenant}/{r.partition}: indexed at version {r.indexed_version}")
+            for p in services.library.partitions(args.tenant):
+                if args.partition in (None, p.name):
+                    print(f"{p.tenant}/{p.name}: language {p.language}, encoder {p.encoder}")
     asyncio.run(run())
 
 

@@ -96,7 +96,7 @@ def _eval_router(settings: Settings, args) -> None:
     if router is None:
         sys.exit("no router model: run `appliance models build`")
     texts, labels, _ = load_questions(args.questions)
-    embeddings = _encode_all(_open_encoder(settings), [normalise_question(t) for t in texts])[0]
+    embeddings = _encode_all(_open_encoder(settings, router.embedder), [normalise_question(t) for t in texts])[0]
     report = evaluate_router(router, texts, labels, embeddings, settings.router.bias,
                              settings.router.max_words_small)
     if args.json:
@@ -111,19 +111,23 @@ def _eval_cache(settings: Settings, args) -> None:
 
     from .cache import SemanticParams
     from .cache.evaluate import evaluate_pairs, load_pairs
+    from .text import detect_language
 
     try:
         pairs = load_pairs(args.pairs)
     except (OSError, ValueError) as exc:
         sys.exit(str(exc))
-    params = SemanticParams.of(settings.cache)
-    if args.threshold is not None:
-        params = replace(params, threshold=args.threshold)
+    # what the cache would do with the questions served (cache.semantic = "on" for Chinese ones)
+    params = replace(SemanticParams.of(settings.cache), chinese=True)
+    if args.threshold is not None:  # the threshold of the pairs' language
+        params = replace(params, threshold=args.threshold, threshold_zh=args.threshold)
     if args.late_threshold is not None:
         params = replace(params, late_threshold=args.late_threshold)
-    encoder = _open_encoder(settings)
+    # the server encodes a question by the encoder of its language: the pairs' language picks it here
+    name = settings.encoder.for_language(detect_language(p.a for p in pairs))
+    encoder = _open_encoder(settings, name)
     report = evaluate_pairs(pairs, lambda texts: _encode_all(encoder, texts), params)
-    report["encoder"] = settings.encoder.model
+    report["encoder"] = name
     if args.json:
         print(json.dumps(report))
     else:
@@ -131,12 +135,12 @@ def _eval_cache(settings: Settings, args) -> None:
             print(f"{key:>15}: {value}")
 
 
-def _open_encoder(settings: Settings):
+def _open_encoder(settings: Settings, name: str):
     from .encode import load_encoder
     from .paths import model_folder
 
-    return load_encoder(settings.encoder.model, model_folder(settings.models_dir, settings.encoder.model),
-                        settings.encoder.threads, settings.encoder.max_length)
+    return load_encoder(name, model_folder(settings.models_dir, name), settings.encoder.threads,
+                        settings.encoder.max_length)
 
 
 def _encode_all(encoder, texts: list[str], batch: int = 64):

@@ -140,6 +140,8 @@ def ingest_remote(server: ApplianceClient, args, files: list[LocalFile], bar, ma
         fields = {"tenant": args.tenant, "partition": args.partition, "wait": str(n == len(groups) - 1).lower()}
         if args.kind:
             fields["kind"] = args.kind
+        if args.language:
+            fields["language"] = args.language
         lines += upload_group(server, fields, group)
         bar.update(len(group))
     for key in gone:
@@ -182,7 +184,7 @@ async def ingest_local(services, args, files: list[LocalFile], bar, max_file_byt
     for n, group in enumerate(groups):
         inputs = [FileInput(f.id, f.path.read_bytes()) for f in group]
         result = await services.files.ingest(args.tenant, args.partition, inputs, args.kind,
-                                             wait=n == len(groups) - 1)
+                                             wait=n == len(groups) - 1, language=args.language)
         lines += [file_line(item) for item in files_json(result)["files"]]
         bar.update(len(group))
     for key in gone:

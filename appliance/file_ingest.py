@@ -79,8 +79,9 @@ class FileIngester:
         self.library, self.parser, self.chunking, self.max_file_bytes = library, parser, chunking, max_file_bytes
 
     async def ingest(self, tenant: str, partition: str, files: list[FileInput], kind: str | None = None,
-                     wait: bool = True, wait_timeout_s: float | None = None) -> FilesResult:
-        """Parse and store the files; one outcome per file, in order."""
+                     wait: bool = True, wait_timeout_s: float | None = None, *,
+                     language: str | None = None) -> FilesResult:
+        """Parse and store the files; one outcome per file, in order (`kind`, `language`: as `Library.ingest`)."""
         digests = await asyncio.to_thread(lambda: [sha256_of(f.data) for f in files])  # up to 256 MiB: off the loop
         outcomes = self._refused(files)
         known = await asyncio.to_thread(self._stored, tenant, partition, [f.key for f in files])
@@ -101,7 +102,7 @@ class FileIngester:
                 outcomes[i] = FileOutcome(files[i].name, files[i].key, error=FileError(result.code, result.message))
             else:
                 prepared[i] = await asyncio.to_thread(self._prepare, files[i], digests[i], result)
-        written = await self._write(tenant, partition, prepared, files, kind, wait, wait_timeout_s)
+        written = await self._write(tenant, partition, prepared, files, kind, wait, wait_timeout_s, language)
         statuses = {d.key: d for d in written.documents}
         for i, doc in prepared.items():
             status = statuses[doc.key]
@@ -133,11 +134,12 @@ class FileIngester:
                 return exc
 
     async def _write(self, tenant: str, partition: str, prepared: dict[int, NewDocument], files: list[FileInput],
-                     kind: str | None, wait: bool, wait_timeout_s: float | None) -> IngestResult:
+                     kind: str | None, wait: bool, wait_timeout_s: float | None,
+                     language: str | None = None) -> IngestResult:
         if prepared:
             blobs = {doc.file.sha256: files[i].data for i, doc in prepared.items()}
             return await self.library.write(tenant, partition, list(prepared.values()), kind, wait, wait_timeout_s,
-                                            blobs)
+                                            blobs, language=language)
         # nothing to store: the partition as it is (not created for a request whose every file failed)
         info = next((p for p in self.library.partitions(tenant) if p.name == partition), None)
         return IngestResult(tenant, partition, info.version if info else 0, info.indexed_version if info else 0)

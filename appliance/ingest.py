@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .config import ChunkSettings, IndexSettings
-from .encode import MicroBatcher
+from .encode import EncoderSet, MicroBatcher
 from .index import NewChunks, PartitionSnapshot, build_version, collect_garbage, current_version
 from .store import ChunkRow, NewDocument, Partition, Store
 from .text import BM25Tokenizer, chunk_text, content_hash
@@ -55,17 +55,22 @@ def prepare_documents(docs: list[DocumentInput], chunking: ChunkSettings) -> lis
 class PartitionIndexer:
     """Keeps one partition's index in step with the store. All builds for a partition run one at a time."""
 
-    def __init__(self, partition: Partition, folder: Path, store: Store, batcher: MicroBatcher,
+    def __init__(self, partition: Partition, folder: Path, store: Store, encoders: EncoderSet,
                  tokenizer: BM25Tokenizer, params: IndexSettings, ingest_batch: int):
-        self.partition = partition
+        self.partition = partition  # refreshed by the library after each write (its version, time range, language)
         self.folder = folder
         self.store = store
-        self.batcher = batcher
+        self.encoders = encoders
         self.tokenizer = tokenizer
         self.params = params
         self.ingest_batch = ingest_batch
         self.snapshot: PartitionSnapshot | None = None
         self._lock = asyncio.Lock()
+
+    @property
+    def batcher(self) -> MicroBatcher:
+        """The encoder of the partition's language (a language still `auto` has no chunks yet: multi's)."""
+        return self.encoders.for_language(self.partition.language)
 
     @property
     def indexed_version(self) -> int:
@@ -80,8 +85,8 @@ class PartitionIndexer:
 
     @property
     def other_encoder(self) -> bool:
-        """The current version was built by another encoder (the setting changed): its vectors cannot be searched
-        with this one's, whatever the versions say."""
+        """The current version was built by another encoder (the setting or the partition's language changed): its
+        vectors cannot be searched with this one's, whatever the versions say."""
         return self.snapshot is not None and self.snapshot.encoder != self.batcher.encoder.name
 
     async def catch_up(self, version: int | None = None, rebuild: bool = False) -> int:
@@ -97,7 +102,9 @@ class PartitionIndexer:
     async def _build(self, rebuild: bool) -> None:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
-        encoder = self.batcher.encoder
+        # one encoder and language for the whole build: a re-index may change the partition's meanwhile
+        batcher, language = self.batcher, self.partition.language
+        encoder = batcher.encoder
         previous = None if rebuild else self.snapshot
         if previous is not None and previous.encoder != encoder.name:
             previous = None  # built by another encoder: everything is encoded again
@@ -107,16 +114,17 @@ class PartitionIndexer:
         removed = np.setdiff1d(have, np.asarray(chunk_ids, dtype=np.int64), assume_unique=True)
         if previous is not None and not len(removed) and not rows and previous.store_version == store_version:
             return
-        added = await self._encode(rows) if rows else NewChunks.empty(encoder.dim, encoder.has_token_vectors)
+        added = await self._encode(batcher, rows) if rows else NewChunks.empty(encoder.dim,
+                                                                                encoder.has_token_vectors)
         self.snapshot = await loop.run_in_executor(
             None, build_version, self.folder, self.partition.id, store_version, encoder.name, encoder.dim, previous,
-            removed, added, self.params, self.tokenizer.many)
+            removed, added, self.params, self.tokenizer.many, language)
         log.info("partition %s/%s: index v%d (+%d -%d chunks, %d in all) in %.0f ms", self.partition.tenant,
                  self.partition.name, store_version, len(rows), len(removed), self.snapshot.size,
                  (time.perf_counter() - started) * 1000)
 
-    async def _encode(self, rows: list[ChunkRow]) -> NewChunks:
-        encoder = self.batcher.encoder
+    async def _encode(self, batcher: MicroBatcher, rows: list[ChunkRow]) -> NewChunks:
+        encoder = batcher.encoder
         texts = [r.text for r in rows]
         inputs = [f"{r.title}. {r.text}" if r.title else r.text for r in rows]
         dense = np.zeros((len(rows), encoder.dim), np.float32)
@@ -125,7 +133,7 @@ class PartitionIndexer:
         order = sorted(range(len(rows)), key=lambda i: len(inputs[i]))
         for start in range(0, len(order), self.ingest_batch):
             part = order[start:start + self.ingest_batch]
-            encoded = await self.batcher.encode_many([inputs[i] for i in part])
+            encoded = await batcher.encode_many([inputs[i] for i in part])
             dense[part] = encoded.dense
             if tokens is not None and encoded.tokens is not None:
                 for i, vectors in zip(part, encoded.tokens):

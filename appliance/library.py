@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .config import ChunkSettings, IndexSettings, QuotaSettings
-from .encode import MicroBatcher
+from .encode import EncoderSet
 from .index import PartitionSnapshot
 from .ingest import DocumentInput, PartitionIndexer, prepare_documents
 from .retrieve import PartitionFilter, Target, select_partitions
 from .store import BlobStore, DocumentStatus, FileDocument, NewDocument, Partition, Store
-from .text import BM25Tokenizer
+from .text import AUTO, LANGUAGES, BM25Tokenizer, detect_language
 
 log = logging.getLogger("appliance")
 VersionListener = Callable[[Partition, int], None]  # (partition, version now indexed)
@@ -26,6 +26,10 @@ VersionListener = Callable[[Partition, int], None]  # (partition, version now in
 
 class KindConflict(ValueError):
     """An ingest named a kind other than the one the existing partition has."""
+
+
+class LanguageConflict(ValueError):
+    """An ingest named a language other than the one the existing partition has (a re-index changes it)."""
 
 
 class QuotaExceeded(ValueError):
@@ -58,13 +62,15 @@ class PartitionInfo:
     version: int  # the store's
     indexed_version: int  # the searchable index's (behind while a build runs)
     chunks: int
+    language: str = AUTO  # en, zh, multi; auto until its first documents decide it
+    encoder: str = ""  # what its current index version was built by ("" before any)
 
 
 class Library:
-    def __init__(self, store: Store, batcher: MicroBatcher, tokenizer: BM25Tokenizer, index_dir: Path,
+    def __init__(self, store: Store, encoders: EncoderSet, tokenizer: BM25Tokenizer, index_dir: Path,
                  index: IndexSettings, chunking: ChunkSettings, ingest_batch: int,
                  quota: QuotaSettings = QuotaSettings(), blobs: BlobStore | None = None):
-        self.store, self.batcher, self.tokenizer = store, batcher, tokenizer
+        self.store, self.encoders, self.tokenizer = store, encoders, tokenizer
         self.blobs = blobs or BlobStore(index_dir.parent / "files")
         self._index_dir, self._index_params = index_dir, index
         self._chunking, self._ingest_batch = chunking, ingest_batch
@@ -76,6 +82,8 @@ class Library:
     async def open(self) -> None:
         """Load every partition's index; rebuild an unreadable one and close any gap with the store."""
         for partition in self.store.partitions():
+            if partition.language == AUTO:  # a store from before languages, or a partition still empty
+                partition = await asyncio.to_thread(self._decide_stored_language, partition)
             indexer = self._indexer(partition)
             try:
                 await asyncio.to_thread(indexer.open)
@@ -85,7 +93,7 @@ class Library:
                 await indexer.catch_up(rebuild=True)
             if indexer.other_encoder:
                 log.warning("partition %s/%s: index built by another encoder, not %s: encoding it again from the "
-                            "store", partition.tenant, partition.name, self.batcher.encoder.name)
+                            "store", partition.tenant, partition.name, indexer.batcher.encoder.name)
             elif indexer.indexed_version != partition.version:  # behind the store (a crash)
                 log.info("partition %s/%s: index at v%d, store at v%d: catching up", partition.tenant,
                          partition.name, indexer.indexed_version, partition.version)
@@ -97,23 +105,25 @@ class Library:
     # -- writes ------------------------------------------------------------------------------------------------
 
     async def ingest(self, tenant: str, partition: str, docs: list[DocumentInput], kind: str | None = None,
-                     wait: bool = True, wait_timeout_s: float | None = None) -> IngestResult:
+                     wait: bool = True, wait_timeout_s: float | None = None, *,
+                     language: str | None = None) -> IngestResult:
         """Store the documents (durable when this returns) and, with `wait`, index them before returning (or once
         `wait_timeout_s` has passed: the build goes on).
 
-        `kind` is set when the partition is created ("default" if not given); naming another kind for an
-        existing partition is refused rather than silently ignored.
+        `kind` and `language` are set when the partition is created ("default"; `auto`: the language of its first
+        documents); naming another kind or language for an existing partition is refused rather than silently
+        ignored (`reindex` changes a language).
         """
         prepared = await asyncio.to_thread(prepare_documents, docs, self._chunking)
-        return await self.write(tenant, partition, prepared, kind, wait, wait_timeout_s)
+        return await self.write(tenant, partition, prepared, kind, wait, wait_timeout_s, language=language)
 
     async def write(self, tenant: str, partition: str, prepared: list[NewDocument], kind: str | None = None,
                     wait: bool = True, wait_timeout_s: float | None = None,
-                    files: dict[str, bytes] | None = None) -> IngestResult:
+                    files: dict[str, bytes] | None = None, *, language: str | None = None) -> IngestResult:
         """Store prepared documents (with the original bytes of those that came from files, by sha256), then
         index them as `ingest` does. A file no document refers to any more (replaced) is removed."""
         async with self._admit_lock:
-            record = await asyncio.to_thread(self._admit, tenant, partition, kind, prepared)
+            record, decided = await asyncio.to_thread(self._admit, tenant, partition, kind, language, prepared)
             replaced = await asyncio.to_thread(self.store.file_documents, record.id, [d.key for d in prepared])
             for sha256, data in (files or {}).items():
                 await asyncio.to_thread(self.blobs.put, data, sha256)
@@ -123,6 +133,10 @@ class Library:
                 await asyncio.to_thread(self._discard_files, list(files or {}))
                 raise
             await asyncio.to_thread(self._discard_files, [d.file.sha256 for d in replaced if d.file])
+            if decided is not None:  # once its documents are stored: a write that failed decides nothing
+                await asyncio.to_thread(self.store.set_language, record.id, decided)
+                log.info("partition %s/%s: language %s (%s)", tenant, partition, decided,
+                         "as asked" if language == decided else "detected from its first documents")
         indexer = self._refresh_record(record.id)
         indexed, error = await self._index(indexer, written.version, wait, wait_timeout_s)
         return IngestResult(tenant, partition, written.version, indexed, written.documents, error)
@@ -147,35 +161,64 @@ class Library:
             results.append(IngestResult(tenant, record.name, written.version, indexed, written.documents, error))
         return results
 
-    async def reindex(self, tenant: str | None = None, partition: str | None = None) -> list[IngestResult]:
-        """Rebuild indexes from the store, re-encoding every chunk."""
+    async def reindex(self, tenant: str | None = None, partition: str | None = None,
+                      language: str | None = None) -> list[IngestResult]:
+        """Rebuild indexes from the store, re-encoding every chunk; with `language` ("en", "zh", "multi", or
+        "auto": decided again from the stored text), the partitions get that language and its encoder."""
+        if language is not None and language != AUTO and language not in LANGUAGES:
+            raise ValueError(f"language must be auto or one of {list(LANGUAGES)}, not {language!r}")
         results = []
         for record in self.store.partitions(tenant):
             if partition is not None and record.name != partition:
                 continue
+            if language is not None:
+                await asyncio.to_thread(self.store.set_language, record.id, AUTO if language == AUTO else language)
+                if language == AUTO:
+                    await asyncio.to_thread(self._decide_stored_language, self.store.partition_by_id(record.id))
             indexer = self._refresh_record(record.id)
             version = await indexer.catch_up(rebuild=True)
             self._announce(indexer)
             results.append(IngestResult(record.tenant, record.name, record.version, version))
         return results
 
-    def _admit(self, tenant: str, name: str, kind: str | None, prepared: list[NewDocument]) -> Partition:
-        """The partition to write into, once the write is known to fit the quotas (store reads: a worker thread)."""
+    def _admit(self, tenant: str, name: str, kind: str | None, language: str | None,
+               prepared: list[NewDocument]) -> tuple[Partition, str | None]:
+        """The partition to write into, once the write is known to fit the quotas (store reads: a worker thread),
+        and the language it takes if it is still `auto`: the one asked, else that of the first documents with
+        text (None: still undecided)."""
         existing = self.store.get_partition(tenant, name)
         q = self._quota
         if q.max_documents or q.max_partitions or q.max_text_bytes:
             _check_quota(q, self.store, tenant, existing, prepared)
-        record = existing or self.store.ensure_partition(tenant, name, kind or "default")
+        asked = language if language not in (None, AUTO) else None
+        if existing is not None and asked is not None and existing.language not in (AUTO, asked):
+            raise LanguageConflict(f"partition {name!r} holds language {existing.language!r}, not {asked!r}: "
+                                   f"re-index it to change (appliance reindex --language {asked})")
+        record = existing or self.store.ensure_partition(tenant, name, kind or "default", asked or AUTO)
         if kind is not None and record.kind != kind:
             raise KindConflict(f"partition {name!r} exists with kind {record.kind!r}, not {kind!r}")
-        return record
+        if record.language != AUTO:
+            return record, None
+        texts = [chunk for doc in prepared for chunk in (doc.title, *doc.chunks[:4]) if chunk]
+        return record, asked or (detect_language(texts) if texts else None)
+
+    def _decide_stored_language(self, partition: Partition) -> Partition:
+        """Decide an `auto` partition's language from its stored text (none yet: it stays auto)."""
+        texts = self.store.sample_texts(partition.id)
+        if not texts:
+            return partition
+        language = detect_language(texts)
+        self.store.set_language(partition.id, language)
+        log.info("partition %s/%s: language %s (detected from its stored text)", partition.tenant, partition.name,
+                 language)
+        return self.store.partition_by_id(partition.id)
 
     def _indexer(self, partition: Partition) -> PartitionIndexer:
         indexer = self._indexers.get(partition.id)
         if indexer is None:
             folder = self._index_dir / f"p{partition.id:06d}"
-            indexer = PartitionIndexer(partition, folder, self.store, self.batcher, self.tokenizer, self._index_params,
-                                       self._ingest_batch)
+            indexer = PartitionIndexer(partition, folder, self.store, self.encoders, self.tokenizer,
+                                       self._index_params, self._ingest_batch)
             self._indexers[partition.id] = indexer
         return indexer
 
@@ -215,8 +258,10 @@ class Library:
         for indexer in self._indexers.values():
             p = indexer.partition
             if tenant is None or p.tenant == tenant:
-                chunks = indexer.snapshot.size if indexer.snapshot is not None else 0
-                out.append(PartitionInfo(p.tenant, p.name, p.kind, p.version, indexer.indexed_version, chunks))
+                snapshot = indexer.snapshot
+                out.append(PartitionInfo(p.tenant, p.name, p.kind, p.version, indexer.indexed_version,
+                                         snapshot.size if snapshot is not None else 0, p.language,
+                                         snapshot.encoder if snapshot is not None else ""))
         return out
 
     def list_documents(self, tenant: str, partition: str, after: str = "",
@@ -228,7 +273,7 @@ class Library:
 
     def targets(self, where: PartitionFilter) -> list[Target]:
         """The searchable snapshots of the partitions a request may search, as they are now."""
-        return [Target(p.name, snapshot) for p in self._select(where)
+        return [Target(p.name, snapshot, p.language) for p in self._select(where)
                 if (snapshot := self._indexers[p.id].snapshot) is not None]
 
     def versions(self, where: PartitionFilter) -> dict[str, int]:

@@ -25,7 +25,7 @@ from .answer import Answerer, AskRequest, Event
 from .cache import CacheAdmin, EmbeddingCache, ExactCache, SemanticCache, SemanticParams, SingleFlight
 from .cached_answers import CachedAnswerer
 from .config import ParseSettings, Settings
-from .encode import MicroBatcher, load_encoder
+from .encode import CharVectors, EncoderSet, MicroBatcher, load_encoder
 from .generate import EngineSet, Router, build_vllm_engines, warm_up_prompts
 from .ingest import DocumentInput
 from .file_ingest import FileIngester
@@ -41,6 +41,7 @@ from .timings import ms_since
 log = logging.getLogger("appliance")
 SAMPLES = Path(__file__).parent / "samples"
 DEMO_TENANT, DEMO_PARTITION = "default", "demo"
+CALIBRATED_ENCODERS = ("minilm",)  # the semantic cache's English threshold was chosen on MiniLM's QQP vectors
 
 
 class DataDirBusy(RuntimeError):
@@ -84,15 +85,13 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
     threadpoolctl.threadpool_limits(limits=1, user_api="blas")
     async with contextlib.AsyncExitStack() as stack:
         stack.enter_context(_locked(s.data_dir))
-        encoder = await asyncio.to_thread(load_encoder, s.encoder.model, model_folder(s.models_dir, s.encoder.model),
-                                          s.encoder.threads, s.encoder.max_length)
-        batcher = MicroBatcher(encoder, s.encoder.batch_window_ms, s.encoder.max_batch, s.encoder.queue_size)
-        await batcher.start()
-        stack.push_async_callback(batcher.stop)
+        encoders = await _open_encoders(s)
+        stack.push_async_callback(encoders.stop)  # before they start: one that fails to start stops the others
+        await encoders.start()
         store = Store(s.store_path)
         stack.callback(store.close)
         tokenizer = BM25Tokenizer()
-        library = Library(store, batcher, tokenizer, s.index_dir, s.index, s.chunking, s.encoder.ingest_batch,
+        library = Library(store, encoders, tokenizer, s.index_dir, s.index, s.chunking, s.encoder.ingest_batch,
                           s.quota, BlobStore(s.files_dir))
         await library.open()
         parser = ParserPool(s.parse.workers, s.parse.timeout_s, s.parse.max_memory_mib, parse_limits(s.parse))
@@ -102,11 +101,12 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
             await _ingest_samples(library)
         executor = ThreadPoolExecutor(s.retrieve.search_threads, thread_name_prefix="search")
         stack.callback(executor.shutdown, wait=True)
-        caches = _open_caches(s, encoder.dim, stack) if s.cache.enabled else None
-        retriever = Retriever(library, batcher, tokenizer, HybridSearcher(s.retrieve, executor),
-                              caches.embeddings if caches else None, s.retrieve.default_k)
-        engines, router = await _open_engines(s, stack, s.generate.enabled if generation is None else generation)
-        answerer = Answerer(retriever, engines, router, s.generate, s.router, s.server.request_timeout_s,
+        caches = _open_caches(s, {b.encoder.name: b.encoder.dim for b in encoders}, stack) if s.cache.enabled else None
+        chars = {b.encoder.name: CharVectors(b.encoder) for b in encoders if not b.encoder.has_token_vectors}
+        retriever = Retriever(library, encoders, tokenizer, HybridSearcher(s.retrieve, executor),
+                              caches.embeddings if caches else None, s.retrieve.default_k, chars)
+        engines, routers = await _open_engines(s, stack, s.generate.enabled if generation is None else generation)
+        answerer = Answerer(retriever, engines, routers, s.generate, s.router, s.server.request_timeout_s,
                             s.conversation)
         answers: Answers = answerer
         semantic = caches.semantic if caches else None
@@ -118,7 +118,7 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
                 library.on_version(lambda p, version: semantic.invalidate(p.tenant, p.name, version))
         questions = StandaloneQuestions(engines, s.conversation)
         answers = FollowUpAnswers(answers, questions)
-        warm = await _warm_up(s, retriever, library, engines) if warm_up else {}
+        warm = await _warm_up(s, retriever, encoders, chars, library, engines) if warm_up else {}
         boot = BootReport(ms_since(started), warm)
         log.info("ready in %.0f ms: %d partitions", boot.boot_ms, len(library.partitions()))
         yield Services(s, library, files, retriever, questions, answers, engines, CacheAdmin(semantic), boot)
@@ -153,49 +153,68 @@ def _locked(data_dir: Path):
 class _Caches:
     embeddings: EmbeddingCache
     exact: ExactCache
-    semantic: SemanticCache | None  # off with encoders whose vectors cannot tell paraphrases from near-misses
+    semantic: SemanticCache | None  # None: cache.semantic = "off", or no encoder it was calibrated for (auto)
 
 
-def _open_caches(s: Settings, dim: int, stack: contextlib.AsyncExitStack) -> _Caches:
+async def _open_encoders(s: Settings) -> EncoderSet:
+    """Every encoder a partition language may need (settings `encoder.en`, `zh`, `multi`), each batched on its own."""
+    batchers = {}
+    for name in s.encoder.names():
+        encoder = await asyncio.to_thread(load_encoder, name, model_folder(s.models_dir, name), s.encoder.threads,
+                                          s.encoder.max_length)
+        batchers[name] = MicroBatcher(encoder, s.encoder.batch_window_ms, s.encoder.max_batch, s.encoder.queue_size)
+    return EncoderSet(batchers, s.encoder.for_language)
+
+
+def _open_caches(s: Settings, dims: dict[str, int], stack: contextlib.AsyncExitStack) -> _Caches:
     disk = s.cache.disk_mib * 1024 * 1024 // 2  # half for exact answers, half for the semantic store
     embeddings = EmbeddingCache(s.cache.embedding_items, s.cache.embedding_mib << 20)
     exact = ExactCache(s.cache_dir / "exact", s.cache.memory_items, s.cache.ttl_s, disk)
     stack.callback(exact.close)
     semantic = None
-    if s.cache.semantic == "on" or (s.cache.semantic == "auto" and s.encoder.model == "minilm"):
-        semantic = SemanticCache(s.cache_dir / "semantic", dim, SemanticParams.of(s.cache), disk)
+    if s.cache.semantic == "auto":  # the encoders whose thresholds were measured: MiniLM (QQP)
+        dims = {name: dim for name, dim in dims.items() if name in CALIBRATED_ENCODERS}
+    if s.cache.semantic != "off" and dims:
+        semantic = SemanticCache(s.cache_dir / "semantic", dims, SemanticParams.of(s.cache), disk)
         stack.callback(semantic.close)
     return _Caches(embeddings, exact, semantic)
 
 
 async def _open_engines(s: Settings, stack: contextlib.AsyncExitStack,
-                        generation: bool) -> tuple[EngineSet, Router | None]:
+                        generation: bool) -> tuple[EngineSet, dict[str, Router]]:
     if not generation:
-        return EngineSet({}), None
-    router = load_router(s)
+        return EngineSet({}), {}
+    routers = {name: router for name in s.encoder.names() if (router := load_router(s, name)) is not None}
     engines = build_vllm_engines(s.engines(), s.generate, s.models_dir, s.data_dir, s.admission.wait_budget_s)
     stack.push_async_callback(engines.stop)
     await engines.start()
-    return engines, router
+    return engines, routers
 
 
-def load_router(settings: Settings) -> Router | None:
-    """The router trained for the configured embedder at model-build time, if there is one."""
-    folder = model_folder(settings.models_dir, f"router-{settings.encoder.model}")
+def load_router(settings: Settings, encoder: str | None = None) -> Router | None:
+    """The router trained at model-build time on `encoder`'s embeddings (default: English's), if there is one."""
+    encoder = encoder or settings.encoder.for_language("en")
+    folder = model_folder(settings.models_dir, f"router-{encoder}")
     files = sorted(folder.glob("router.*")) if folder.is_dir() else []
     if not files:
-        log.warning("no router model in %s: routing by question length only (run `appliance models build`)",
-                    folder)
+        log.warning("no router model in %s: questions encoded by %s are routed by length only (run `appliance "
+                    "models build`)", folder, encoder)
         return None
-    return Router.load(files[0], embedder=settings.encoder.model)
+    return Router.load(files[0], embedder=encoder)
 
 
-async def _warm_up(s: Settings, retriever: Retriever, library: Library, engines: EngineSet) -> dict[str, float]:
-    """Touch every part once so the first real request pays no loading cost: the encoder, one search per
-    partition, and a prefill of every system prefix on each engine (so prefix caching serves them)."""
+async def _warm_up(s: Settings, retriever: Retriever, encoders: EncoderSet, chars: dict[str, CharVectors],
+                   library: Library, engines: EngineSet) -> dict[str, float]:
+    """Touch every part once so the first real request pays no loading cost: the encoders (and, on a box with a
+    Chinese partition, the common characters' vectors), one search per partition, and a prefill of every system
+    prefix on each engine (so prefix caching serves them)."""
     warm: dict[str, float] = {}
     started = time.perf_counter()
-    await retriever.encode("warm up")
+    for name in encoders.names():
+        await retriever.encode("warm up", encoder=name)
+    if any(info.language == "zh" for info in library.partitions()):
+        for vectors in chars.values():
+            await asyncio.to_thread(vectors.warm_up)
     warm["encoder"] = ms_since(started)
     t = time.perf_counter()
     for info in library.partitions():

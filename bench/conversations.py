@@ -248,7 +248,8 @@ async def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     log = machine.progress_log(started)
     base = make_settings(generation=False)
-    results: dict = {"meta": {**machine.machine_info(PACKAGES), "quick": args.quick, "encoder": base.encoder.model,
+    results: dict = {"meta": {**machine.machine_info(PACKAGES), "quick": args.quick,
+                              "encoder": base.encoder.for_language("en"),
                               "rewrite": {"engine": base.conversation.rewrite_engine, "model": base.small.model,
                                           "max_tokens": base.conversation.rewrite_max_tokens,
                                           "timeout_s": base.conversation.rewrite_timeout_s},

@@ -435,17 +435,17 @@ async def retrieval(datasets: list[str], cmrc_encoders: list[str], cases: list[F
                 runs.append({"dataset": dataset, "encoder": encoder, "skipped": f"models/build/{encoder} not built"})
                 continue
             with tempfile.TemporaryDirectory(prefix="bench-parse-") as tmp:
-                settings = make_settings(Path(tmp) / "unused", None if encoder == "minilm" else encoder)
+                settings = make_settings(Path(tmp) / "unused", encoder)  # this encoder for every partition
                 source = FOLDERS[dataset] if cases is None else subset_folder(FOLDERS[dataset], cases,
                                                                               Path(tmp) / "subset")
                 texts = text_only_folder(source, Path(tmp) / "texts")
-                run = {"dataset": dataset, "encoder": settings.encoder.model}
+                run = {"dataset": dataset, "encoder": encoder}
                 for label, folder in (("files", source), ("texts", texts)):
                     started = time.perf_counter()
                     report = await evaluate_retrieval(settings, folder)
                     report["wall_s"] = round(time.perf_counter() - started, 1)
                     run[label] = report
-                    log(f"  {dataset} {settings.encoder.model} from {label}: nDCG@10 {report['ndcg@10']:.4f} "
+                    log(f"  {dataset} {encoder} from {label}: nDCG@10 {report['ndcg@10']:.4f} "
                         f"R@100 {report['recall@100']:.4f} ({report['wall_s']} s)")
             run["delta_ndcg"] = round(run["files"]["ndcg@10"] - run["texts"]["ndcg@10"], 4)
             run["delta_recall"] = round(run["files"]["recall@100"] - run["texts"]["recall@100"], 4)
@@ -464,7 +464,7 @@ async def ingest(cases: list[FileCase], log) -> dict:
     out: dict = {"files": len(files), "bytes": total_bytes, "batch": INGEST_BATCH}
     with tempfile.TemporaryDirectory(prefix="bench-parse-ingest-") as tmp:
         settings = make_settings(Path(tmp) / "data")
-        out.update(encoder=settings.encoder.model, encoder_threads=settings.encoder.threads,
+        out.update(encoder=", ".join(settings.encoder.names()), encoder_threads=settings.encoder.threads,
                    parse_workers=settings.parse.workers)
 
         # the parse stage alone: a pool like the server's, all files queued at once

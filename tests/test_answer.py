@@ -38,7 +38,7 @@ async def answer_path(settings, engines: dict, deadline_s: float = 60.0, wait_bu
         engine_set = EngineSet(engines, wait_budget_s, restart_delay_s=0.01)
         await engine_set.start()
         try:
-            yield Answerer(services.retriever, engine_set, None, settings.generate, settings.router, deadline_s), \
+            yield Answerer(services.retriever, engine_set, {}, settings.generate, settings.router, deadline_s), \
                 engine_set, services
         finally:
             await engine_set.stop()

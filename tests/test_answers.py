@@ -101,6 +101,26 @@ def test_router_sends_simple_small_and_complex_large(llm_served):
     assert forced["route"]["engine"] == "small" and forced["route"]["reason"] == "requested by the client"
 
 
+def test_a_chinese_question_is_answered_from_its_chinese_partition_by_the_router_of_its_encoder(llm_served):
+    """A Chinese partition beside the English demo corpus (language auto: detected), a Chinese question: it finds
+    the Chinese passage first (USE, not MiniLM, encoded it), the router trained on USE's embeddings decides, and a
+    real engine answers."""
+    live, _ = llm_served
+    docs = [{"id": "pump-zh", "text": "水泵在断电后会自动重启，并在五分钟内检查管道压力。"},
+            {"id": "boiler-zh", "text": "锅炉每年需要由持证技师检查一次。"}]
+    with live.client() as c:
+        assert c.post("/v1/documents", json={"partition": "zh-notes", "documents": docs}).status_code == 200
+        listed = {p["name"]: p for p in c.get("/v1/partitions").json()["partitions"]}
+        reply = c.post("/v1/ask", json={"question": "水泵断电后会怎样？", "max_tokens": 8})
+    assert (listed["zh-notes"]["language"], listed["zh-notes"]["encoder"]) == ("zh", "use")
+    assert listed["demo"]["language"] == "en"
+    assert reply.status_code == 200, reply.text
+    body = reply.json()
+    assert body["sources"][0]["document_id"] == "pump-zh" and body["degraded"] is False
+    assert body["route"]["engine"] in ("small", "large") and body["route"]["p_large"] is not None, body["route"]
+    assert body["usage"]["completion_tokens"] > 0
+
+
 def test_openai_client_plain_and_streamed(llm_served):
     live, _ = llm_served
     client = OpenAI(base_url=live.url + "/v1", api_key=live.api_key, max_retries=0)

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -193,5 +194,7 @@ def test_eval_cache_on_afqmc_pairs_serves_no_chinese_question(minilm):
 
     report = evaluate_pairs(pairs, encode, PARAMS)
     assert report["right_hits"] == report["wrong_hits"] == report["stored"] == 0 and report["refused"] == 300
-    blind = evaluate_pairs(pairs, lambda texts: encode(texts)[:2], PARAMS)  # an encoder reporting no coverage
-    assert blind["wrong_hits"] > 10 * blind["right_hits"], blind  # what the guard keeps out
+    # an encoder reporting no coverage, and no Chinese check of terms behind it: what the guard alone keeps out
+    similarity_only = replace(PARAMS, threshold_zh=PARAMS.threshold, max_term_difference_zh=1.0)
+    blind = evaluate_pairs(pairs, lambda texts: encode(texts)[:2], similarity_only)
+    assert blind["wrong_hits"] > 10 * blind["right_hits"], blind

@@ -12,14 +12,14 @@ import pytest
 from appliance.answer import Answerer, AskRequest, Done
 from appliance.cache import EmbeddingCache, ExactCache, SemanticCache, SemanticParams, SingleFlight
 from appliance.cached_answers import CachedAnswerer
-from appliance.encode import Encoded, MicroBatcher, Query
+from appliance.encode import Encoded, EncoderSet, MicroBatcher, Query
 from appliance.generate import EngineSet
 from appliance.ingest import DocumentInput
 from appliance.retrieve import PartitionFilter, Retriever
 from appliance.wiring import open_services
 
 from scripted import ScriptedEngine
-from support import run
+from support import make_settings, run
 
 DIM = 8
 PARAMS = SemanticParams(threshold=0.9, late_threshold=0.0, max_entries=1000, ttl_s=3600)
@@ -133,7 +133,8 @@ def test_retriever_encodes_each_tenants_exact_text():
 
     async def go():
         batcher = MicroBatcher(encoder, window_ms=0)
-        retriever = Retriever(None, batcher, None, None, EmbeddingCache(100), default_k=5)  # type: ignore[arg-type]
+        encoders = EncoderSet({"counting": batcher}, lambda language: "counting")
+        retriever = Retriever(None, encoders, None, None, EmbeddingCache(100), default_k=5)  # type: ignore[arg-type]
         try:
             padded = await retriever.encode("what is bm25        ", "a")
             plain = await retriever.encode("what is bm25", "b")
@@ -161,9 +162,12 @@ def tokenizer(models_dir):
     return AutoTokenizer.from_pretrained(str(models_dir / "build" / "smollm2"))
 
 
-def test_the_answer_path_gives_no_semantic_answer_to_questions_the_encoder_cannot_represent(settings, tokenizer,
+def test_the_answer_path_gives_no_semantic_answer_to_questions_the_encoder_cannot_represent(models_dir, tokenizer,
                                                                                              tmp_path):
+    """A box told to use MiniLM for every language (`encoder.model`): Chinese questions then reach an encoder that
+    sees [UNK]s, and the semantic cache neither answers nor stores them."""
     engine = ScriptedEngine("small", tokenizer)
+    settings = make_settings(tmp_path / "data", models_dir, encoder_model="minilm")
 
     async def go():
         async with open_services(settings, warm_up=False, generation=False) as services:
@@ -171,8 +175,8 @@ def test_the_answer_path_gives_no_semantic_answer_to_questions_the_encoder_canno
             engines = EngineSet({"small": engine}, float("inf"), restart_delay_s=0.01)
             await engines.start()
             exact = ExactCache(tmp_path / "exact", 16, 3600, 1 << 24)
-            semantic = SemanticCache(tmp_path / "sem", 384, PARAMS, 1 << 26)
-            cached = CachedAnswerer(Answerer(services.retriever, engines, None, settings.generate, settings.router),
+            semantic = SemanticCache(tmp_path / "sem", {"minilm": 384}, PARAMS, 1 << 26)
+            cached = CachedAnswerer(Answerer(services.retriever, engines, {}, settings.generate, settings.router),
                                     services.retriever, exact, semantic, SingleFlight(10), services.library.versions,
                                     deterministic=True)
             layers = []

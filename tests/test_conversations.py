@@ -47,7 +47,7 @@ async def _answers(settings, engines: dict, conversation: ConversationSettings, 
     await services.library.ingest("acme", "kb", DOCS)
     engine_set = EngineSet(engines, restart_delay_s=0.01)
     await engine_set.start()
-    answerer = Answerer(services.retriever, engine_set, None, settings.generate, settings.router, 60.0,
+    answerer = Answerer(services.retriever, engine_set, {}, settings.generate, settings.router, 60.0,
                         conversation)
     inner = answerer
     if cache_dir is not None:

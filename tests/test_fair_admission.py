@@ -203,7 +203,7 @@ def test_a_client_that_leaves_aborts_its_non_streamed_answer(tmp_path, models_di
             await engines.start()
             try:
                 yield dataclasses.replace(services, engines=engines, answers=Answerer(
-                    services.retriever, engines, None, settings.generate, settings.router))
+                    services.retriever, engines, {}, settings.generate, settings.router))
             finally:
                 await engines.stop()
 

@@ -89,7 +89,8 @@ def scripted_services(tokenizer, router):
                                 restart_delay_s=0.01)
             await engines.start()
             try:
-                answers = Answerer(services.retriever, engines, router, settings.generate, settings.router, 60.0)
+                routers = {router.embedder: router} if router is not None else {}
+                answers = Answerer(services.retriever, engines, routers, settings.generate, settings.router, 60.0)
                 yield dataclasses.replace(services, answers=answers, engines=engines)
             finally:
                 await engines.stop()

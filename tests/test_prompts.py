@@ -81,3 +81,12 @@ def test_a_megabyte_passage_is_cut_before_it_is_tokenised(tokenizer):
     assert max(seen) <= 300 * MAX_CHARS_PER_TOKEN
     assert prompt.passages_used == 1 and prompt.context_tokens <= 300 and "x ..." in prompt.text
     assert len(prompt.text) < 300 * MAX_CHARS_PER_TOKEN + 2000
+
+
+def test_a_chinese_question_is_asked_for_a_chinese_answer_after_the_same_prefix(tokenizer):
+    english = build_prompt(tokenizer, "cited", True, PASSAGES, "How is it durable?", 2000).text
+    chinese = build_prompt(tokenizer, "cited", True, PASSAGES, "它为什么持久？", 2000).text
+    prefix = warm_up_prompts(tokenizer, True)[0]
+    assert chinese.startswith(prefix) and english.startswith(prefix)  # the cached prefix serves both
+    assert "请用中文回答" in chinese and "请用中文回答" not in english
+    assert chinese.index("它为什么持久") < chinese.index("请用中文回答")

@@ -1,4 +1,4 @@
-"""Embedding cache: (tenant, exact text) -> its query vectors, so a repeated question skips the encoder.
+"""Embedding cache: (tenant, encoder, exact text) -> its query vectors, so a repeated question skips the encoder.
 
 Keyed by the exact text the encoder saw, so a vector is always that text's own (a normalised key would let the
 first spelling decide every later one's vector), and by tenant, so one tenant's questions neither decide another's
@@ -19,12 +19,12 @@ ENTRY_OVERHEAD = 256  # bytes per entry besides its arrays: key, tuple, dict slo
 class EmbeddingCache:
     def __init__(self, max_items: int, max_bytes: int = CacheSettings().embedding_mib << 20):
         self.max_items, self.max_bytes = max_items, max_bytes
-        self._items: OrderedDict[tuple[str, bytes], tuple[Query, int]] = OrderedDict()  # key -> (vectors, bytes)
+        self._items: OrderedDict[tuple[str, str, bytes], tuple[Query, int]] = OrderedDict()  # key -> (vectors, bytes)
         self.nbytes = 0
         self.hits = self.misses = 0
 
-    def get(self, tenant: str, text: str) -> Query | None:
-        key = _key(tenant, text)
+    def get(self, tenant: str, text: str, encoder: str = "") -> Query | None:
+        key = _key(tenant, text, encoder)
         found = self._items.get(key)
         if found is None:
             self.misses += 1
@@ -33,11 +33,11 @@ class EmbeddingCache:
         self.hits += 1
         return found[0]
 
-    def put(self, tenant: str, text: str, value: Query) -> None:
+    def put(self, tenant: str, text: str, value: Query, encoder: str = "") -> None:
         size = _size(value)
         if size > self.max_bytes:
             return  # would evict everything else and still not fit
-        key = _key(tenant, text)
+        key = _key(tenant, text, encoder)
         old = self._items.pop(key, None)
         if old is not None:
             self.nbytes -= old[1]
@@ -50,9 +50,9 @@ class EmbeddingCache:
         return len(self._items)
 
 
-def _key(tenant: str, text: str) -> tuple[str, bytes]:
+def _key(tenant: str, text: str, encoder: str) -> tuple[str, str, bytes]:
     """A digest, not the text: a question's length is bounded elsewhere, the key's memory here."""
-    return tenant, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    return tenant, encoder, hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 def _size(value: Query) -> int:

@@ -78,6 +78,7 @@ def evaluate_pairs(pairs: list[Pair], encode, params: SemanticParams, folder: Pa
         "p50_lookup_ms": round(float(np.percentile(latencies, 50)), 3) if latencies else None,
         "p99_lookup_ms": round(float(np.percentile(latencies, 99)), 3) if latencies else None,
         "threshold": params.threshold, "late_threshold": params.late_threshold, "max_unknown": params.max_unknown,
+        "threshold_zh": params.threshold_zh, "max_term_difference_zh": params.max_term_difference_zh,
     }
 
 

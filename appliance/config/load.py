@@ -26,7 +26,10 @@ class ConfigError(ValueError):
 
 
 _CHOICES = {
-    ("encoder", "model"): {"minilm", "use"},
+    ("encoder", "model"): {"", "minilm", "use"},
+    ("encoder", "en"): {"minilm", "use"},
+    ("encoder", "zh"): {"minilm", "use"},
+    ("encoder", "multi"): {"minilm", "use"},
     ("index", "dtype"): {"f16", "f32", "bf16", "i8"},
     ("index", "metric"): {"cos", "ip", "l2sq"},
     ("", "log_level"): {"debug", "info", "warning", "error"},
@@ -175,8 +178,11 @@ def _validate(settings: Settings) -> list[str]:
     for host in settings.server.allowed_hosts:
         if not (_HOST_NAME.fullmatch(host) or _is_ipv6(host)):
             errors.append(f"server.allowed_hosts: {host!r} is not a host name or IP address (no scheme or port)")
-    if not 0 <= settings.retrieve.dense_weight <= 10:
-        errors.append("retrieve.dense_weight: must be between 0 and 10")
+    for name in ("dense_weight", "dense_weight_zh", "other_language_weight"):
+        if not 0 <= getattr(settings.retrieve, name) <= 10:
+            errors.append(f"retrieve.{name}: must be between 0 and 10")
+    if not 0 <= settings.retrieve.late_weight_zh <= 1:
+        errors.append("retrieve.late_weight_zh: must be from 0 (off) to 1 (MaxSim order alone)")
     if settings.encoder.batch_window_ms < 0:
         errors.append("encoder.batch_window_ms: must be 0 or more")
     if not 0 <= settings.chunking.overlap_words < settings.chunking.max_words:
@@ -189,6 +195,10 @@ def _validate(settings: Settings) -> list[str]:
         errors.append("cache.semantic_threshold: must be above 0 and at most 1")
     if not 0 <= settings.cache.semantic_late_threshold <= 1:
         errors.append("cache.semantic_late_threshold: must be from 0 (off) to 1")
+    if not 0 < settings.cache.semantic_threshold_zh <= 1:
+        errors.append("cache.semantic_threshold_zh: must be above 0 and at most 1")
+    if not 0 <= settings.cache.semantic_max_term_difference_zh <= 1:
+        errors.append("cache.semantic_max_term_difference_zh: must be from 0 to 1 (1: off)")
     if not 0 <= settings.cache.semantic_max_unknown <= 1:
         errors.append("cache.semantic_max_unknown: must be from 0 to 1")
     if settings.conversation.rewrite_engine not in ENGINE_ROLES:

@@ -43,13 +43,27 @@ class ServerSettings:
 
 @dataclass(slots=True, frozen=True)
 class EncoderSettings:
-    model: str = "minilm"  # "minilm" (English, token vectors) or "use" (multilingual, dense only)
+    """The encoder is a partition's: its language (`auto`: decided from its first documents) picks one of these.
+    MiniLM ("minilm": English, token vectors for late interaction) maps most Chinese to [UNK]; the multilingual
+    USE ("use": dense only) represents both (CMRC hybrid nDCG@10 0.688 with MiniLM, 0.963 with USE)."""
+    en: str = "minilm"
+    zh: str = "use"
+    multi: str = "use"  # partitions holding both languages (or text with no letters to tell by)
+    model: str = ""  # set: this one encoder for every partition, whatever its language (the old single-encoder box)
     threads: int = 2
     batch_window_ms: float = 5.0
     max_batch: int = 32
     queue_size: int = 1024
     max_length: int = 256
     ingest_batch: int = 32
+
+    def for_language(self, language: str) -> str:
+        """The encoder of a partition (or a question) in `language` ("en", "zh" or "multi")."""
+        return self.model or {"en": self.en, "zh": self.zh}.get(language, self.multi)
+
+    def names(self) -> tuple[str, ...]:
+        """Every encoder a box with these settings loads, English's first."""
+        return tuple(dict.fromkeys(self.for_language(language) for language in ("en", "zh", "multi")))
 
 
 @dataclass(slots=True, frozen=True)
@@ -96,11 +110,22 @@ class RetrieveSettings:
     # Weight of the vector list in RRF (BM25's is 1). Measured with k=10: SciFact/MiniLM is flat (hybrid 0.709 at
     # 1.0, 0.711 at 0.5); CMRC/USE gains (0.936 -> 0.952), where the weaker vectors otherwise drag BM25 down.
     dense_weight: float = 0.5
+    # The same for Chinese partitions, whose questions are mostly extractive: BM25 over jieba words alone scored
+    # CMRC nDCG@10 0.982, hybrid at 0.5 0.951 (bench/results/languages.md).
+    dense_weight_zh: float = 0.01
+    # A search over partitions of several languages fuses each language's list by rank; the lists of partitions
+    # in another language than the question's get this weight (1 = equal), so its own language's documents come
+    # first and the others follow them.
+    other_language_weight: float = 0.2
     overfetch: int = 10
     # Measured on SciFact (bench/results/retrieval.md): MaxSim re-ranking of the best 30 fused candidates lifts
     # nDCG@10 from 0.711 to 0.731; re-ranking 100 gained less (0.736 vs 0.743 at 30) for 3x the time.
     late_interaction: bool = True
     late_candidates: int = 30
+    # Chinese partitions (an encoder without token vectors): the best 30 re-ranked by RRF over their fused rank and
+    # their character MaxSim rank (encode/chars.py), MaxSim's weight this (0 = off). Chosen on the even CMRC
+    # questions (0.3 of 1, 0.5, 0.3, 0.2, 0.1): on the odd ones nDCG@10 0.9828 -> 0.9857 (bench/results/languages.md).
+    late_weight_zh: float = 0.3
     search_threads: int = 4
 
 
@@ -193,8 +218,8 @@ class CacheSettings:
     ttl_s: float = 7 * 24 * 3600.0  # answers expire after this
     embedding_items: int = 16384  # question vectors kept in memory
     embedding_mib: int = 64  # and their bytes (token vectors reach ~195 KB per question)
-    # auto: on with MiniLM, off with USE, whose vectors could not tell AFQMC paraphrases from near-misses (every
-    # setting measured served a wrong answer for 3 of 4 hits; bench/results/serving.md); on; off
+    # auto: on for English questions, off for Chinese ones; on: both (each in its encoder's space, Chinese ones
+    # with a check of their own terms, which still left ~3 of 4 AFQMC hits wrong: bench/results/languages.md); off
     semantic: str = "auto"
     # Cosine a cached question needs before the second check looks at it. Chosen on half of the QQP pairs for
     # the fewest wrong hits: 0.95 -> 8.5 % of hits wrong on the other half (0.9 -> ~19 %; GPTCache's default 44 %).
@@ -204,6 +229,12 @@ class CacheSettings:
     semantic_late_threshold: float = 0.0
     semantic_max_entries: int = 100_000  # per tenant; the oldest go first
     semantic_max_unknown: float = 0.1  # [UNK] word-piece share above which a question skips it (see cache/semantic)
+    # Chinese questions (encoded by their own encoder, USE by default; only with semantic = "on"): the cosine they
+    # need, and the largest share of their content characters that may differ between the two questions (1 = no
+    # such check). Both swept on the even AFQMC pairs (bench/results/languages.md): no setting came near "right only"
+    # (the lowest wrong-hit share, 0.74 at cosine 0.9, still served a wrong answer for 3 hits in 4).
+    semantic_threshold_zh: float = 0.9
+    semantic_max_term_difference_zh: float = 0.3
     single_flight_wait_s: float = 30.0  # identical requests wait this long for the first one's answer
 
 

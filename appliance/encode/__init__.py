@@ -1,10 +1,13 @@
-"""Encoders (ONNX MiniLM with token vectors; multilingual USE) and the query micro-batcher."""
+"""Encoders (ONNX MiniLM with token vectors; multilingual USE), the query micro-batcher, and the set of encoders a
+box runs (one per partition language)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from .base import Encoded, Encoder
 from .batcher import BatchStats, EncoderBusy, MicroBatcher, Query
+from .chars import CharVectors, char_maxsim
+from .registry import EncoderSet
 
 
 def load_encoder(model: str, model_dir: Path, threads: int = 2, max_length: int = 256) -> Encoder:
@@ -20,4 +23,5 @@ def load_encoder(model: str, model_dir: Path, threads: int = 2, max_length: int 
     raise ValueError(f"unknown encoder {model!r}")
 
 
-__all__ = ["BatchStats", "Encoded", "Encoder", "EncoderBusy", "MicroBatcher", "Query", "load_encoder"]
+__all__ = ["BatchStats", "CharVectors", "Encoded", "Encoder", "EncoderBusy", "EncoderSet", "MicroBatcher", "Query",
+           "char_maxsim", "load_encoder"]

@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..text import Turn
+from ..text import Turn, question_language
 
-PROMPT_VERSION = "p2"  # bump when any text below changes: cached answers are keyed by it
+PROMPT_VERSION = "p3"  # bump when any text below changes: cached answers are keyed by it
 
 _BASE = (
     "You are the answer service of an offline document appliance. You answer questions for the staff of the "
@@ -28,6 +28,9 @@ SYSTEM_PREFIXES = {
     "for. Cite passages as [n] when you used them.",
 }
 CONCISE_INSTRUCTION = " Be concise."
+# After the question (the system prefix stays the same for every language, so its cached prefix serves all): the
+# prefix's "answer in the language of the question" said again where small models most often answer in English.
+ANSWER_LANGUAGE = {"zh": "请用中文回答。(Answer in Chinese.)"}
 TASKS = tuple(SYSTEM_PREFIXES)
 
 
@@ -125,6 +128,8 @@ def build_prompt(tokenizer, task: str, concise: bool, passages: list[Passage], q
         used += len(ids)
     context = "\n\n".join(blocks) if blocks else "(no passages found)"
     user = f"Passages:\n{context}\n\nQuestion: {question.strip()}"
+    if (language := ANSWER_LANGUAGE.get(question_language(question))) is not None:
+        user += f"\n{language}"
     system = with_client_system(system_prefix(task, concise), client_system)
     return Prompt(render(tokenizer, system, user, history), len(blocks), used)
 

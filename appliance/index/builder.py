@@ -49,8 +49,9 @@ class NewChunks:
 
 def build_version(partition_dir: Path, partition_id: int, store_version: int, encoder: str, dim: int,
                   previous: PartitionSnapshot | None, removed: np.ndarray, added: NewChunks,
-                  params: IndexSettings, tokenize) -> PartitionSnapshot:
-    """Write a new version = previous - removed + added, make it current, and return it opened."""
+                  params: IndexSettings, tokenize, language: str = "") -> PartitionSnapshot:
+    """Write a new version = previous - removed + added, make it current, and return it opened. `language` is the
+    partition's (what picked `encoder`), recorded with the version."""
     partition_dir = Path(partition_dir)
     (partition_dir / "tokens").mkdir(parents=True, exist_ok=True)
     in_use = previous
@@ -70,7 +71,8 @@ def build_version(partition_dir: Path, partition_id: int, store_version: int, en
         count = _write_rows(tmp, previous, old_rows, removed, added, order, params, dim, tokenize)
         manifest = {
             "format": FORMAT, "partition_id": partition_id, "store_version": store_version, "encoder": encoder,
-            "dim": dim, "count": count, "created_at": time.time(), "params": dataclasses.asdict(params),
+            "language": language, "dim": dim, "count": count, "created_at": time.time(),
+            "params": dataclasses.asdict(params),
             "token_vectors": added.tokens is not None and (previous is None or previous.has_token_vectors),
         }
         if manifest["token_vectors"]:

@@ -47,6 +47,7 @@ class PartitionSnapshot:
         self.partition_id: int = self.manifest["partition_id"]
         self.store_version: int = self.manifest["store_version"]
         self.encoder: str = self.manifest["encoder"]
+        self.language: str = self.manifest.get("language", "")  # the partition's when it was built ("": before)
         self.dim: int = self.manifest["dim"]
         self.chunk_ids = np.load(self.folder / "chunk_ids.npy", mmap_mode="r")
         self.doc_index = np.load(self.folder / "doc_index.npy", mmap_mode="r")

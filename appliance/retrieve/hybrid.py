@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import RetrieveSettings
+from ..encode import CharVectors, char_maxsim
 from ..index import ChunkInfo, PartitionSnapshot
 from ..timings import Stage, Timings
 from .fusion import rrf
@@ -21,9 +22,10 @@ from .late import maxsim
 
 @dataclass(slots=True, frozen=True)
 class Target:
-    """One partition to search: its name and the snapshot to read."""
+    """One partition to search: its name, the snapshot to read, and its language (en, zh, multi)."""
     name: str
     snapshot: PartitionSnapshot
+    language: str = "multi"
 
 
 @dataclass(slots=True)
@@ -37,6 +39,15 @@ class Hit:
     late: float | None = None
 
 
+@dataclass(slots=True, frozen=True)
+class CharLate:
+    """Late interaction for a Chinese group: the question's characters against its candidates', by vectors that
+    `chars` looks up; the re-rank blends MaxSim's order (weight `weight`) with the fused one."""
+    chars: CharVectors
+    question: str
+    weight: float
+
+
 class HybridSearcher:
     def __init__(self, params: RetrieveSettings, executor: Executor):
         self.params = params
@@ -44,15 +55,44 @@ class HybridSearcher:
 
     async def search(self, targets: list[Target], dense: np.ndarray, query_tokens: np.ndarray | None,
                      terms: list[str], k: int, timings: Timings, late: bool | None = None,
-                     mode: str = "hybrid") -> list[Hit]:
-        """`mode`: "hybrid" (both lists fused), or "bm25" / "dense" alone (for evaluation and debugging)."""
+                     mode: str = "hybrid", dense_weight: float | None = None,
+                     chars: CharLate | None = None) -> list[Hit]:
+        """`mode`: "hybrid" (both lists fused), or "bm25" / "dense" alone (for evaluation and debugging);
+        `dense_weight`: the vector list's weight in the fusion (None: `retrieve.dense_weight`); `chars`: the
+        character late interaction of targets without token vectors. The targets share one encoder: their
+        cosines are merged by score."""
         if not targets:
             return []
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}")
         late = self.params.late_interaction if late is None else late
-        late = late and query_tokens is not None and all(t.snapshot.has_token_vectors for t in targets)
-        fetch = max(k * self.params.overfetch, self.params.late_candidates if late else 0)
+        by_tokens = late and query_tokens is not None and all(t.snapshot.has_token_vectors for t in targets)
+        by_chars = late and not by_tokens and chars is not None and chars.weight > 0
+        fetch = max(k * self.params.overfetch, self.params.late_candidates if by_tokens or by_chars else 0)
+        bm25_list, ann_list = await self._lists(targets, dense, terms, fetch, mode, timings)
+
+        started = time.perf_counter()
+        dense_weight = self.params.dense_weight if dense_weight is None else dense_weight
+        lists = [(ranked, weight) for ranked, weight in ((bm25_list, 1.0), (ann_list, dense_weight)) if ranked]
+        fused = rrf([ranked for ranked, _ in lists], self.params.rrf_k, [weight for _, weight in lists])
+        bm25_rank = {key: rank for rank, key in enumerate(bm25_list, 1)}
+        ann_rank = {key: rank for rank, key in enumerate(ann_list, 1)}
+        timings.since(Stage.FUSE, started)
+
+        if by_tokens:
+            picked = await self._rerank_by_tokens(targets, query_tokens, fused, k, timings)
+        elif by_chars:
+            picked = await self._rerank_by_chars(targets, chars, fused, k, timings)
+        else:
+            picked = [(key, score, None, score) for key, score in fused[:k]]
+        return [Hit(partition=targets[target_no].name, chunk=targets[target_no].snapshot.chunk(row), score=score,
+                    rrf=fused_score, bm25_rank=bm25_rank.get((target_no, row)),
+                    ann_rank=ann_rank.get((target_no, row)), late=late_score)
+                for (target_no, row), fused_score, late_score, score in picked]
+
+    async def _lists(self, targets: list[Target], dense: np.ndarray, terms: list[str], fetch: int, mode: str,
+                     timings: Timings) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """BM25's and the vectors' ranked lists over all targets, every partition's searched at once."""
         loop = asyncio.get_running_loop()
         jobs = []
         for t in targets:
@@ -67,37 +107,39 @@ class HybridSearcher:
         results = await asyncio.gather(*jobs)
         timings.add(Stage.BM25, max(r[1] for r in results[0::2]))
         timings.add(Stage.ANN, max(r[1] for r in results[1::2]))
+        return (_merge([(i, r[0]) for i, r in enumerate(results[0::2])], fetch),
+                _merge([(i, r[0]) for i, r in enumerate(results[1::2])], fetch))
 
-        started = time.perf_counter()
-        bm25_list = _merge([(i, r[0]) for i, r in enumerate(results[0::2])], fetch)
-        ann_list = _merge([(i, r[0]) for i, r in enumerate(results[1::2])], fetch)
-        lists = [(ranked, weight) for ranked, weight in ((bm25_list, 1.0), (ann_list, self.params.dense_weight))
-                 if ranked]
-        fused = rrf([ranked for ranked, _ in lists], self.params.rrf_k, [weight for _, weight in lists])
-        bm25_rank = {key: rank for rank, key in enumerate(bm25_list, 1)}
-        ann_rank = {key: rank for rank, key in enumerate(ann_list, 1)}
-        timings.since(Stage.FUSE, started)
+    async def _rerank_by_tokens(self, targets: list[Target], query_tokens: np.ndarray, fused: list, k: int,
+                                timings: Timings) -> list[tuple]:
+        """The head of the fused list in MaxSim order; past it (k > late_candidates) the RRF order stands."""
+        candidates = fused[: self.params.late_candidates]
+        scores, ms = await asyncio.get_running_loop().run_in_executor(
+            self.executor, _timed, _late_scores, targets, query_tokens, [key for key, _ in candidates])
+        timings.add(Stage.LATE_INTERACTION, ms)
+        order = np.argsort(-scores, kind="stable")[:k]
+        picked = [(candidates[i][0], candidates[i][1], float(scores[i]), float(scores[i])) for i in order]
+        return picked + [(key, score, None, score) for key, score in fused[len(candidates):k]]
 
-        if late:
-            # Re-rank the head of the fused list by MaxSim; past it (k > late_candidates) the RRF order stands.
-            candidates = fused[: self.params.late_candidates]
-            scores, ms = await loop.run_in_executor(self.executor, _timed, _late_scores, targets, query_tokens,
-                                                    [key for key, _ in candidates])
-            timings.add(Stage.LATE_INTERACTION, ms)
-            order = np.argsort(-scores, kind="stable")[:k]
-            picked = [(candidates[i][0], candidates[i][1], float(scores[i])) for i in order]
-            picked += [(key, score, None) for key, score in fused[len(candidates):k]]
-        else:
-            picked = [(key, score, None) for key, score in fused[:k]]
-
-        hits = []
-        for (target_no, row), fused_score, late_score in picked:
-            hits.append(Hit(
-                partition=targets[target_no].name, chunk=targets[target_no].snapshot.chunk(row),
-                score=late_score if late_score is not None else fused_score, rrf=fused_score,
-                bm25_rank=bm25_rank.get((target_no, row)), ann_rank=ann_rank.get((target_no, row)), late=late_score,
-            ))
-        return hits
+    async def _rerank_by_chars(self, targets: list[Target], chars: CharLate, fused: list, k: int,
+                               timings: Timings) -> list[tuple]:
+        """The head of the fused list by RRF over (its fused rank, its character MaxSim rank); MaxSim alone
+        ordered CMRC worse than BM25 (bench/results/languages.md), the blend better. The hit's `late` stays None:
+        these scores are on no scale the relevance floor knows."""
+        candidates = fused[: self.params.late_candidates]
+        scores, ms = await asyncio.get_running_loop().run_in_executor(
+            self.executor, _timed, _char_scores, targets, chars, [key for key, _ in candidates])
+        timings.add(Stage.LATE_INTERACTION, ms)
+        if scores is None:  # no content characters in the question: nothing to compare
+            return [(key, score, None, score) for key, score in fused[:k]]
+        late_rank = np.empty(len(scores), np.int64)
+        late_rank[np.argsort(-scores, kind="stable")] = np.arange(1, len(scores) + 1)
+        rrf_k = self.params.rrf_k
+        blended = [chars.weight / (rrf_k + late_rank[i]) + (1 - chars.weight) / (rrf_k + i + 1)
+                   for i in range(len(candidates))]
+        order = sorted(range(len(candidates)), key=lambda i: -blended[i])[:k]
+        picked = [(candidates[i][0], candidates[i][1], None, blended[i]) for i in order]
+        return picked + [(key, score, None, score) for key, score in fused[len(candidates):k]]
 
 
 def _merge(per_target: list[tuple[int, tuple[np.ndarray, np.ndarray]]], limit: int) -> list[tuple[int, int]]:
@@ -117,6 +159,13 @@ def _late_scores(targets: list[Target], query_tokens: np.ndarray, keys: list[tup
         codes, scales, lengths = targets[target_no].snapshot.token_vectors([keys[p][1] for p in positions])
         scores[positions] = maxsim(query_tokens, codes, scales, lengths)
     return scores
+
+
+def _char_scores(targets: list[Target], chars: CharLate, keys: list[tuple[int, int]]) -> np.ndarray | None:
+    question = chars.chars.question(chars.question)
+    if question is None:
+        return None
+    return char_maxsim(question, *chars.chars.passages([targets[t].snapshot.text(row) for t, row in keys]))
 
 
 MODES = ("hybrid", "bm25", "dense")

@@ -27,6 +27,7 @@ class IngestBody:
     tenant: str
     partition: str
     kind: str | None  # None: "default" for a new partition, any for an existing one
+    language: str | None  # None or auto: decided by a new partition's first documents
     wait: bool
     documents: list[DocumentInput]
 
@@ -37,7 +38,7 @@ class IngestBody:
         ids = [d.id for d in docs if d.id is not None]
         if len(ids) != len(set(ids)):
             raise ApiError.invalid("document ids must be unique within a request", "documents")
-        return cls(body["tenant"], body["partition"], body["kind"], body["wait"], docs)
+        return cls(body["tenant"], body["partition"], body["kind"], body["language"], body["wait"], docs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,7 @@ def failed_json(f: Failed) -> dict[str, Any]:
 
 def partition_json(p: PartitionInfo) -> dict[str, Any]:
     return {"tenant": p.tenant, "name": p.name, "kind": p.kind, "version": p.version,
-            "indexed_version": p.indexed_version, "chunks": p.chunks}
+            "indexed_version": p.indexed_version, "chunks": p.chunks, "language": p.language, "encoder": p.encoder}
 
 
 def ingest_json(r: IngestResult) -> dict[str, Any]:

@@ -30,10 +30,17 @@ def ingest_body(settings: Settings) -> Spec:
         "partition": Spec("string", "Partition name (created on first use).", required=True, pattern=NAME_PATTERN),
         "kind": Spec("string", "Document type of a new partition (default \"default\"), used by search "
                      "filters; naming another kind for an existing partition is a 409.", pattern=NAME_PATTERN),
+        "language": Spec("string", LANGUAGE_HELP, choices=LANGUAGE_CHOICES),
         "wait": Spec("boolean", "Return only once the documents are searchable (default true).", default=True),
         "documents": Spec("array", "Documents to store.", required=True, min=1,
                           max=settings.server.max_documents_per_request, items=document),
     })
+
+
+LANGUAGE_CHOICES = ("auto", "en", "zh", "multi")
+LANGUAGE_HELP = ("Language of a new partition, which picks its encoder: auto (default: the language of its first "
+                 "documents), en, zh or multi (both); naming another for an existing partition is a 409 (a re-index "
+                 "changes it).")
 
 
 def search_body(settings: Settings) -> Spec:
@@ -270,6 +277,7 @@ def files_upload() -> dict[str, Any]:
         "tenant": {"type": "string", "pattern": NAME_PATTERN, "description": "Default: the API key's tenant."},
         "partition": {"type": "string", "pattern": NAME_PATTERN, "description": "Created on first use."},
         "kind": {"type": "string", "pattern": NAME_PATTERN, "description": "Document type of a new partition."},
+        "language": {"type": "string", "enum": list(LANGUAGE_CHOICES), "description": LANGUAGE_HELP},
         "wait": {"type": "string", "enum": ["true", "false"], "description": "Answer once searchable (default)."},
         "metadata": {"type": "string", "description": "A JSON object, given to every file's document."},
         "file": {"type": "array", "items": {"type": "string", "format": "binary"}, "description": "The files; "

@@ -16,7 +16,7 @@ from .errors import ApiError
 from .schemas import ID_PATTERN
 from .validation import Spec, parse_json, validate
 
-FIELDS = ("tenant", "partition", "kind", "wait", "metadata")
+FIELDS = ("tenant", "partition", "kind", "language", "wait", "metadata")
 MAX_FIELD_BYTES = 64 * 1024  # a non-file field (metadata is the big one)
 MAX_METADATA_VALUES = 10_000
 FILE_NAME = Spec("string", "File name (the document id).", required=True, min=1, max=256, pattern=ID_PATTERN)

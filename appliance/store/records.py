@@ -14,6 +14,7 @@ class Partition:
     version: int
     min_time: float | None
     max_time: float | None
+    language: str = "auto"  # en, zh or multi: picks its encoder; auto until its first documents decide it
 
 
 @dataclass(slots=True, frozen=True)

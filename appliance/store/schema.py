@@ -15,6 +15,7 @@ CREATE TABLE IF NOT EXISTS partitions (
     version INTEGER NOT NULL DEFAULT 0,
     min_time REAL,
     max_time REAL,
+    language TEXT NOT NULL DEFAULT 'auto',  -- en, zh, multi (its encoder); auto: decided by its first documents
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     UNIQUE (tenant, name)
@@ -64,6 +65,8 @@ CREATE TABLE IF NOT EXISTS journal (
 
 # Columns added after the first release: (table, column, declaration, SQL that fills it in an older store)
 _ADDED_COLUMNS = [
+    # a store from before languages: its partitions are decided from their stored text at the next boot
+    ("partitions", "language", "TEXT NOT NULL DEFAULT 'auto'", None),
     ("documents", "text_bytes", "INTEGER NOT NULL DEFAULT 0",
      "UPDATE documents SET text_bytes = (SELECT COALESCE(SUM(LENGTH(CAST(c.text AS BLOB))), 0)"
      " FROM chunks c WHERE c.document_id = documents.id)"),
@@ -78,7 +81,7 @@ _ADDED_COLUMNS = [
 def create_or_migrate(conn: sqlite3.Connection) -> None:
     """Create the tables, or bring an older store's up to date (new columns, filled in one transaction)."""
     existing = {table: {row["name"] for row in conn.execute(f"PRAGMA table_info({table})")}
-                for table in ("documents", "chunks")}
+                for table in ("partitions", "documents", "chunks")}
     missing = [c for c in _ADDED_COLUMNS if existing[c[0]] and c[1] not in existing[c[0]]]
     if missing:
         with transaction(conn) as db:
@@ -116,7 +119,7 @@ class transaction:
 def partition_of(row: sqlite3.Row) -> Partition:
     return Partition(
         id=row["id"], tenant=row["tenant"], name=row["name"], kind=row["kind"], version=row["version"],
-        min_time=row["min_time"], max_time=row["max_time"],
+        min_time=row["min_time"], max_time=row["max_time"], language=row["language"],
     )
 
 

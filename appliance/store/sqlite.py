@@ -50,16 +50,28 @@ class Store:
 
     # -- partitions ---------------------------------------------------------------------------------------------
 
-    def ensure_partition(self, tenant: str, name: str, kind: str = "default") -> Partition:
+    def ensure_partition(self, tenant: str, name: str, kind: str = "default", language: str = "auto") -> Partition:
         now = time.time()
         with self._write_lock:
             self._writer.execute(
-                "INSERT OR IGNORE INTO partitions (tenant, name, kind, created_at, updated_at) VALUES (?,?,?,?,?)",
-                (tenant, name, kind, now, now),
+                "INSERT OR IGNORE INTO partitions (tenant, name, kind, language, created_at, updated_at)"
+                " VALUES (?,?,?,?,?,?)", (tenant, name, kind, language, now, now),
             )
         found = self.get_partition(tenant, name)
         assert found is not None
         return found
+
+    def set_language(self, partition_id: int, language: str) -> None:
+        """A partition's language (its encoder): set once it is decided, or by a re-index to another one."""
+        with self._write_lock:
+            self._writer.execute("UPDATE partitions SET language = ?, updated_at = ? WHERE id = ?",
+                                 (language, time.time(), partition_id))
+
+    def sample_texts(self, partition_id: int, limit: int = 50) -> list[str]:
+        """The texts of a partition's first chunks (what language detection reads of a store from before it)."""
+        rows = self._reader().execute(
+            "SELECT text FROM chunks WHERE partition_id = ? ORDER BY id LIMIT ?", (partition_id, limit)).fetchall()
+        return [r[0] for r in rows]
 
     def get_partition(self, tenant: str, name: str) -> Partition | None:
         row = self._reader().execute(

@@ -58,7 +58,7 @@ async def inprocess_throughput(app: BenchApp, queries: list[str], clients: int, 
     peers."""
     where = PartitionFilter(EVAL_TENANT)
     await app.search(queries[0], where, SPEED_K, late_interaction=late)
-    stats = app.services.retriever.encoder_stats
+    stats = app.services.retriever.encoder_stats()
     batches_before, items_before = stats.batches, stats.items
     result = await async_throughput(lambda q: app.search(q, where, SPEED_K, late_interaction=late), queries, clients)
     batches = stats.batches - batches_before  # how well the micro-batcher coalesced the concurrent encodings

@@ -39,7 +39,7 @@ def ours(pairs, vectors, threshold: float, late: float, check: str = "rules+late
     from appliance.cache.semantic import SemanticParams
 
     params = SemanticParams(threshold=threshold, late_threshold=late if check == "rules+late" else 0.0,
-                            max_entries=200_000, ttl_s=1e9)
+                            max_entries=200_000, ttl_s=1e9, threshold_zh=threshold)  # a grid point is its cosine
     with similarity_only() if check == "similarity" else contextlib.nullcontext(), recording() as found:
         r = evaluate_pairs(pairs, vectors.encode, params)
     assert len(found) == len(pairs)

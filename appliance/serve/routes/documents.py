@@ -8,7 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ...library import KindConflict, QuotaExceeded
+from ...library import KindConflict, LanguageConflict, QuotaExceeded
 from ..edge import edge, name_param, read_body, require_ready, tenant_param
 from ..errors import ApiError
 from ..requests import IngestBody
@@ -22,9 +22,11 @@ async def post_documents(request: Request) -> JSONResponse:
     body = IngestBody.parse(await read_body(request, edge(request).bodies.ingest))
     try:
         result = await library.ingest(body.tenant, body.partition, body.documents, body.kind, body.wait,
-                                      edge(request).settings.server.ingest_wait_timeout_s)
+                                      edge(request).settings.server.ingest_wait_timeout_s, language=body.language)
     except KindConflict as exc:
         raise ApiError.conflict("kind_conflict", str(exc), "kind") from None
+    except LanguageConflict as exc:
+        raise ApiError.conflict("language_conflict", str(exc), "language") from None
     except QuotaExceeded as exc:
         raise ApiError.quota_exceeded(str(exc), exc.field) from None
     # 202: stored (durable) but not searchable yet: the client said not to wait, the build took longer than

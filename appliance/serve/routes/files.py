@@ -10,12 +10,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...file_ingest import FileInput
-from ...library import KindConflict, QuotaExceeded
+from ...library import KindConflict, LanguageConflict, QuotaExceeded
 from ...parse import MEDIA_TYPES, Format, ParseErrorCode
 from ..edge import NAME, edge, name_param, require_ready, tenant_of, tenant_param
 from ..errors import ApiError
 from ..responses import files_json
-from ..schemas import DOCUMENT_ID
+from ..schemas import DOCUMENT_ID, LANGUAGE_CHOICES
 from ..uploads import read_upload
 from ..validation import validate
 
@@ -35,13 +35,18 @@ async def post_files(request: Request) -> JSONResponse:
     kind = upload.fields.get("kind")
     if kind is not None:
         validate(kind, NAME, "kind")
+    language = upload.fields.get("language")
+    if language is not None and language not in LANGUAGE_CHOICES:
+        raise ApiError.invalid(f"language must be one of {list(LANGUAGE_CHOICES)}", "language")
     metadata = upload.metadata()
     files = [FileInput(f.name, f.data, metadata=metadata) for f in upload.files]
     try:
         result = await services.files.ingest(tenant, partition, files, kind, upload.wait(),
-                                             settings.server.ingest_wait_timeout_s)
+                                             settings.server.ingest_wait_timeout_s, language=language)
     except KindConflict as exc:
         raise ApiError.conflict("kind_conflict", str(exc), "kind") from None
+    except LanguageConflict as exc:
+        raise ApiError.conflict("language_conflict", str(exc), "language") from None
     except QuotaExceeded as exc:
         raise ApiError.quota_exceeded(str(exc), exc.field) from None
     body = files_json(result)

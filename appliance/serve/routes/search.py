@@ -17,7 +17,7 @@ async def search(request: Request) -> JSONResponse:
     timings = result.timings.as_dict()
     request.state.record.timings.update(timings)
     return JSONResponse({"results": [hit_json(h) for h in result.hits], "partitions": result.partitions,
-                         "timings_ms": timings})
+                         "encoders": list(result.encoders), "timings_ms": timings})
 
 
 async def partitions(request: Request) -> JSONResponse:

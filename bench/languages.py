@@ -10,14 +10,16 @@ Writes bench/results/languages.md and .json (quick runs: bench/.cache/languages-
 1. box: one data folder, one tenant, SciFact ingested into partition `scifact` and CMRC into `cmrc`, both with
    `language = auto` (what each was detected as is reported) and the default settings. Every judged question is
    searched (k = 10, one at a time, query encoding included) over its own partition only ("alone": the same
-   snapshot, as a box holding only that data serves it) and over the whole tenant ("together"); nDCG@10, p50/p99,
+   snapshot, as a box holding only that data serves it) and over the whole tenant ("together"), the two scopes
+   interleaved question by question after an untimed pass over all questions (warm page cache); nDCG@10, p50/p99,
    and the share of questions whose first hit is in their own partition. CMRC also by BM25 alone, vectors alone,
    and hybrid at the English dense weight (0.5, the old setting).
 2. one_encoder: the single-encoder boxes a user picks without this: `encoder.model = "minilm"` for everything (the
    old default) on CMRC, `encoder.model = "use"` on SciFact (no late interaction), each ingested in a folder of its
    own.
-3. chinese_late: would late interaction pay on Chinese? Character vectors from USE (languages_kit/charlate.py)
-   re-rank CMRC's hybrid top 30; tuned on the even questions, reported on the odd ones against hybrid alone.
+3. chinese_late: does late interaction pay on Chinese? The product's character late interaction (encode/chars.py)
+   swept over `retrieve.late_weight_zh` on CMRC (languages_kit/charlate.py): chosen on the even questions, reported
+   on the odd ones against hybrid without it.
 4. afqmc: bench/serving_kit/cache_eval.run on AFQMC with USE vectors: GPTCache 0.1.44 swept on the same vectors,
    our thresholds chosen on the even pairs with the Chinese rules (numbers in both forms, negation, terms on one
    side only: `cache.semantic_max_term_difference_zh`), reported on the odd ones.
@@ -97,7 +99,7 @@ async def ensure_ingested(services, partition: str, data: BeirData, log) -> dict
 
 
 async def score(services, data: BeirData, own: str, scopes: dict[str, PartitionFilter],
-                mode: str = "hybrid") -> dict[str, dict]:
+                mode: str = "hybrid", late: bool | None = None) -> dict[str, dict]:
     """Every judged question searched in each scope, the scopes interleaved question by question (their order
     swapped every question), so a busy moment on the box costs all scopes alike."""
     runs = {scope: {"ndcg": [], "latency": [], "own_first": [], "encode_ms": [], "encoders": set()} for scope in scopes}
@@ -105,7 +107,7 @@ async def score(services, data: BeirData, own: str, scopes: dict[str, PartitionF
         for scope in (list(scopes) if n % 2 == 0 else list(reversed(scopes))):
             run = runs[scope]
             started = time.perf_counter()
-            result = await services.retriever.search(text, scopes[scope], 10, mode=mode)
+            result = await services.retriever.search(text, scopes[scope], 10, late_interaction=late, mode=mode)
             run["latency"].append((time.perf_counter() - started) * 1000)
             run["encode_ms"].append(result.timings.get(Stage.ENCODE) or 0.0)
             run["ndcg"].append(ndcg_at(list(dict.fromkeys(h.chunk.doc_key for h in result.hits)), data.qrels[qid]))
@@ -123,9 +125,11 @@ async def bench_box(data: dict[str, BeirData], folder: Path, log) -> dict:
             out["partitions"][name] = await ensure_ingested(services, name, data[name], log)
         for info in services.library.partitions(TENANT):
             out["partitions"][info.name].update(language=info.language, encoder=info.encoder, chunks=info.chunks)
-        for _ in range(2):  # warm the encoders, the snapshots and the page cache for both scopes
-            for name in DATASETS:
-                await services.retriever.search(next(iter(data[name].queries.values())), PartitionFilter(TENANT))
+        # an untimed pass over every question first: the token shards are memory-mapped, and the first questions
+        # of a cold page cache (up to 150 ms each) would otherwise be the p99 of whichever scope met them
+        for name in DATASETS:
+            for text in data[name].queries.values():
+                await services.retriever.search(text, PartitionFilter(TENANT, (name,)), 10)
         for name in DATASETS:
             scored = await score(services, data[name], name, {"alone": PartitionFilter(TENANT, (name,)),
                                                                "together": PartitionFilter(TENANT)})
@@ -133,8 +137,8 @@ async def bench_box(data: dict[str, BeirData], folder: Path, log) -> dict:
                 out[scope][name] = figures
                 log(f"{name} {scope}: {figures}")
         alone = {"alone": PartitionFilter(TENANT, ("cmrc",))}
-        for mode in ("bm25", "dense"):
-            out["cmrc_modes"][mode] = (await score(services, data["cmrc"], "cmrc", alone, mode))["alone"]
+        for mode in ("bm25", "dense"):  # each list alone, without any late interaction
+            out["cmrc_modes"][mode] = (await score(services, data["cmrc"], "cmrc", alone, mode, False))["alone"]
             log(f"cmrc {mode}: {out['cmrc_modes'][mode]}")
     for weight in DENSE_WEIGHTS_ZH:  # the weight of the vector list for Chinese partitions (0.5: English's)
         async with open_services(settings_for(folder, retrieve_dense_weight_zh=str(weight)), warm_up=False,
@@ -158,14 +162,9 @@ async def bench_one_encoder(data: dict[str, BeirData], folder: Path, log) -> dic
 
 
 async def bench_chinese_late(data: dict[str, BeirData], folder: Path, log) -> dict:
-    from appliance.encode import load_encoder
-    from appliance.paths import model_folder
     from languages_kit import charlate
 
-    settings = settings_for(folder)
-    encoder = load_encoder("use", model_folder(settings.models_dir, "use"))
-    async with open_services(settings, warm_up=False, generation=False) as services:
-        return await charlate.run(services, data["cmrc"], TENANT, "cmrc", encoder, log)
+    return await charlate.run(lambda **env: settings_for(folder, **env), data["cmrc"], TENANT, "cmrc", log)
 
 
 async def bench_afqmc(log) -> dict:

@@ -1,75 +1,41 @@
-"""Would Chinese late interaction pay? USE has no token vectors and no PyPI package ships a Chinese token model
-fast enough to index with (MODELS.md), so the candidate is character-level: every CJK character of the questions
-and candidates embedded alone by USE (a static table), MaxSim of a question's content characters against a
-passage's characters, optionally weighted by each character's IDF over the candidates' partition.
-
-The hybrid page of 30 candidates per question is re-ranked by RRF over (hybrid rank, MaxSim rank) with weight
-`alpha` on MaxSim (alpha 1 = MaxSim alone, as the English stage does). alpha and the weighting are chosen on the
-even questions and reported on the odd ones, against hybrid without it."""
+"""Does Chinese late interaction pay? The product's character late interaction (encode/chars.py: every CJK
+character embedded alone by USE, MaxSim of the question's content characters against each candidate's, blended
+by rank with the fused order) swept over `retrieve.late_weight_zh` on CMRC: chosen on the even questions,
+reported on the odd ones against hybrid without it (weight 0)."""
 from __future__ import annotations
 
-import math
-import re
 import time
-from collections import Counter
 
 import numpy as np
 
 from appliance.evaluate import ndcg_at
 from appliance.retrieve import PartitionFilter
+from appliance.wiring import open_services
 
-CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
-# question words, pronouns and particles: what a question is made of besides what it asks about
-FUNCTION = set("的了吗呢吧啊呀么嘛哦哪那这个些们我你您他她它是在有和与或及就都也还又再要会能可以想请问怎样如何为什什么"
-               "啥谁几多少时候何里去来到把被给对让从用得地着过很太最更")
-ALPHAS = (1.0, 0.5, 0.3, 0.2, 0.1)
-CANDIDATES = 30
+WEIGHTS = (0.0, 0.1, 0.2, 0.3, 0.5, 1.0)  # 0: off (hybrid alone); 1: MaxSim order alone
 
 
-async def run(services, data, tenant: str, partition: str, encoder, log) -> dict:
+async def run(settings_for, data, tenant: str, partition: str, log) -> dict:
     where = PartitionFilter(tenant, (partition,))
-    pages = {}
-    for qid, text in data.queries.items():
-        pages[qid] = (text, (await services.retriever.search(text, where, CANDIDATES)).hits)
-    chars = sorted({c for text, hits in pages.values() for c in CJK.findall(text + "".join(h.chunk.text for h in hits))})
-    started = time.perf_counter()
-    table = np.vstack([encoder.encode(chars[i:i + 256]).dense for i in range(0, len(chars), 256)]).astype(np.float32)
-    table_s = round(time.perf_counter() - started, 2)
-    row = {c: i for i, c in enumerate(chars)}
-    texts = {h.chunk.chunk_id: h.chunk.text for _, hits in pages.values() for h in hits}
-    df = Counter(c for t in texts.values() for c in set(CJK.findall(t)))
-    idf = {c: math.log(1 + len(texts) / (1 + df[c])) for c in chars}
-
-    def maxsim(question: str, passage: str, weighted: bool) -> float:
-        q_chars = [c for c in dict.fromkeys(CJK.findall(question)) if c not in FUNCTION]
-        p_chars = list(dict.fromkeys(CJK.findall(passage)))
-        if not q_chars or not p_chars:
-            return 0.0
-        best = (table[[row[c] for c in q_chars]] @ table[[row[c] for c in p_chars]].T).max(axis=1)
-        w = np.array([idf[c] for c in q_chars]) if weighted else np.ones(len(q_chars))
-        return float((best * w).sum() / w.sum())
-
-    def ndcg(qids, alpha: float | None, weighted: bool) -> float:
-        out = []
-        for qid in qids:
-            text, hits = pages[qid]
-            order = list(range(len(hits)))
-            if alpha is not None:
-                scores = np.array([maxsim(text, h.chunk.text, weighted) for h in hits])
-                late_rank = {int(i): r for r, i in enumerate(np.argsort(-scores, kind="stable"), 1)}
-                order.sort(key=lambda i: -(alpha / (60 + late_rank[i]) + (1 - alpha) / (61 + i)))
-            out.append(ndcg_at(list(dict.fromkeys(hits[i].chunk.doc_key for i in order)), data.qrels[qid]))
-        return round(float(np.mean(out)), 4)
-
-    qids = list(pages)
-    even, odd = qids[0::2], qids[1::2]
-    grid = [{"weighted": w, "alpha": a, "even": ndcg(even, a, w)} for w in (False, True) for a in ALPHAS]
-    best = max(grid, key=lambda g: g["even"])
-    started = time.perf_counter()
-    held_out = ndcg(odd, best["alpha"], best["weighted"])
-    rerank_ms = round((time.perf_counter() - started) * 1000 / len(odd), 2)
-    result = {"chars": len(chars), "table_s": table_s, "grid": grid, "chosen": best,
-              "hybrid": {"even": ndcg(even, None, False), "odd": ndcg(odd, None, False)},
-              "late_odd": held_out, "rerank_ms_per_question": rerank_ms, "candidates": CANDIDATES}
-    log(f"chinese late interaction: {result}")
-    return result
+    qids = list(data.queries)
+    rows = []
+    for weight in WEIGHTS:
+        async with open_services(settings_for(retrieve_late_weight_zh=str(weight)), warm_up=True,
+                                 generation=False) as services:
+            split = {"even": [], "odd": []}
+            latency, late_ms = [], []
+            for n, qid in enumerate(qids):
+                started = time.perf_counter()
+                result = await services.retriever.search(data.queries[qid], where, 10)
+                latency.append((time.perf_counter() - started) * 1000)
+                late_ms.append(result.timings.get("late_interaction") or 0.0)
+                ranked = list(dict.fromkeys(h.chunk.doc_key for h in result.hits))
+                split["even" if n % 2 == 0 else "odd"].append(ndcg_at(ranked, data.qrels[qid]))
+        row = {"weight": weight, **{k: round(float(np.mean(v)), 4) for k, v in split.items()},
+               "p50_ms": round(float(np.percentile(latency, 50)), 2),
+               "p99_ms": round(float(np.percentile(latency, 99)), 2),
+               "late_p50_ms": round(float(np.percentile(late_ms, 50)), 2)}
+        rows.append(row)
+        log(f"chinese late interaction: {row}")
+    chosen = max(rows, key=lambda r: (r["even"], -r["weight"]))
+    return {"grid": rows, "chosen": chosen, "off": rows[0], "default": settings_for().retrieve.late_weight_zh}

@@ -32,3 +32,19 @@ def test_chinese_questions_find_their_paragraphs(tmp_path, models_dir):
     assert scores["hybrid"] >= min(scores["bm25"], scores["dense"]), scores
     # USE has no token vectors: the late stage is the characters' (encode/chars.py), and gives no MiniLM-scale score
     assert "late_interaction" in late.timings and all(h.late is None for h in late.hits)
+
+
+def test_a_chinese_page_past_the_late_candidates_keeps_its_scores_falling(tmp_path, models_dir):
+    """k above retrieve.late_candidates: the characters re-rank the head, the rest follow in fused order, and the
+    scores (what the order is by) fall all the way down."""
+    data = beir_slice(CMRC, queries=3, distractors=40)
+
+    async def go():
+        async with open_services(make_settings(tmp_path, models_dir), warm_up=False, generation=False) as services:
+            await services.library.ingest("zh", "wiki", beir_documents(data.corpus))
+            return await services.retriever.search(next(iter(data.queries.values())), PartitionFilter("zh"), 50)
+
+    result = run(go())
+    scores = [h.score for h in result.hits]
+    assert len(scores) == 50 and scores == sorted(scores, reverse=True), scores
+    assert "late_interaction" in result.timings

@@ -139,7 +139,10 @@ class HybridSearcher:
                    for i in range(len(candidates))]
         order = sorted(range(len(candidates)), key=lambda i: -blended[i])[:k]
         picked = [(candidates[i][0], candidates[i][1], None, blended[i]) for i in order]
-        return picked + [(key, score, None, score) for key, score in fused[len(candidates):k]]
+        # past the head, as if each came after every candidate by MaxSim: the scores keep falling with the order
+        last = chars.weight / (rrf_k + len(candidates) + 1)
+        return picked + [(key, score, None, (1 - chars.weight) / (rrf_k + i + 1) + last)
+                         for i, (key, score) in enumerate(fused[len(candidates):k], len(candidates))]
 
 
 def _merge(per_target: list[tuple[int, tuple[np.ndarray, np.ndarray]]], limit: int) -> list[tuple[int, int]]:

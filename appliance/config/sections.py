@@ -45,7 +45,8 @@ class ServerSettings:
 class EncoderSettings:
     """The encoder is a partition's: its language (`auto`: decided from its first documents) picks one of these.
     MiniLM ("minilm": English, token vectors for late interaction) maps most Chinese to [UNK]; the multilingual
-    USE ("use": dense only) represents both (CMRC hybrid nDCG@10 0.688 with MiniLM, 0.963 with USE)."""
+    USE ("use": dense only) represents both (CMRC nDCG@10 0.716 with MiniLM for everything, 0.985 with the Chinese
+    partition on USE; bench/results/languages.md)."""
     en: str = "minilm"
     zh: str = "use"
     multi: str = "use"  # partitions holding both languages (or text with no letters to tell by)
@@ -111,7 +112,9 @@ class RetrieveSettings:
     # 1.0, 0.711 at 0.5); CMRC/USE gains (0.936 -> 0.952), where the weaker vectors otherwise drag BM25 down.
     dense_weight: float = 0.5
     # The same for Chinese partitions, whose questions are mostly extractive: BM25 over jieba words alone scored
-    # CMRC nDCG@10 0.982, hybrid at 0.5 0.951 (bench/results/languages.md).
+    # CMRC nDCG@10 0.982, hybrid at 0.5 0.951; at 0.01 the vectors only fill in below BM25's list, and with the
+    # characters' late interaction every weight from 0.05 up scored lower (bench/results/languages.md). Chosen on
+    # the questions it is reported on: paraphrased Chinese questions may want more.
     dense_weight_zh: float = 0.01
     # A search over partitions of several languages fuses each language's list by rank; the lists of partitions
     # in another language than the question's get this weight (1 = equal), so its own language's documents come
@@ -124,7 +127,8 @@ class RetrieveSettings:
     late_candidates: int = 30
     # Chinese partitions (an encoder without token vectors): the best 30 re-ranked by RRF over their fused rank and
     # their character MaxSim rank (encode/chars.py), MaxSim's weight this (0 = off). Chosen on the even CMRC
-    # questions (0.3 of 1, 0.5, 0.3, 0.2, 0.1): on the odd ones nDCG@10 0.9828 -> 0.9857 (bench/results/languages.md).
+    # questions (of 0.1, 0.2, 0.3, 0.5, 1): on the odd ones nDCG@10 0.9823 -> 0.9852, ~4 ms a question
+    # (bench/results/languages.md).
     late_weight_zh: float = 0.3
     search_threads: int = 4
 

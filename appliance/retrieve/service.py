@@ -57,8 +57,8 @@ class Retriever:
         k = k or self._default_k
         params = self._searcher.params
         groups = group_targets(targets)
-        weights = [language_weight(g.language, question_language(query), params.other_language_weight)
-                   for g in groups]
+        asked_in = question_language(query)
+        weights = [language_weight(g.language, asked_in, params.other_language_weight) for g in groups]
         # The other language's lists can only follow the question's own when its weight keeps their best rank
         # below the own lists' k-th: then they are searched (and their encoder run) only if those fall short of k.
         own = [i for i, w in enumerate(weights) if w >= 1.0]

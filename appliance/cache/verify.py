@@ -12,6 +12,8 @@ import unicodedata
 
 import numpy as np
 
+from ..text import HAN, content_chars
+
 _NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 _NEGATION_EN = re.compile(
     r"n['’]t\b|\b(?:not|no|never|none|nothing|nobody|neither|nor|cannot|without|dont|doesnt|didnt|cant|wont|"
@@ -28,12 +30,9 @@ _ZH_NUMBER = re.compile(f"[{''.join(_ZH_DIGITS)}{''.join(_ZH_UNITS)}]+")
 # words written with a numeral that count nothing ("一下" a moment, "一起" together, "万一" in case, "十分" very)
 _NOT_NUMBER_ZH = re.compile(r"十分|一下|一起|一直|一样|一樣|一些|一点|一點|一定|万一|萬一|一般|统一|統一|唯一|之一|一切|一旦|"
                             r"一边|一邊|一会|一會|一律|一同|一致|一个|一個|一次性|第一时间")
-_CJK_CHAR = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-# What a Chinese question is made of besides its terms: question words, pronouns, particles, light verbs. Two
-# questions that differ only in these (怎么/如何, 我的/你们) ask the same thing; one that differs in the rest (花呗 vs
-# 借呗, 还款 vs 额度) asks about something else.
-_ZH_FUNCTION = set("的了吗呢吧啊呀么嘛哦哪那这个些们我你您他她它是在有和与或及就都也还又再要会能可以想请问"
-                   "怎样么如何为什什么啥谁几多少吗时候候为何哪里里去来到把被给对让从用得地着过很太最更非常")
+# Two Chinese questions that differ only in their question words (text.QUESTION_WORDS_ZH) ask the same thing; one
+# that differs in the rest (花呗 vs 借呗, 还款 vs 额度) asks about something else. 非常 ("very") is no term either.
+_NOT_TERMS_ZH = frozenset("非常")
 _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)?")
 _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
 _SENTENCE_START = re.compile(r"(?:^|[.!?]\s+)([^\W_]+)")
@@ -48,7 +47,7 @@ def near_miss(a: str, b: str, a_tokens: np.ndarray | None = None, b_tokens: np.n
         return "different numbers"
     if _negated(a_n) != _negated(b_n):
         return "negation differs"
-    if max_term_difference_zh < 1.0 and (_CJK_CHAR.search(a_n) or _CJK_CHAR.search(b_n)):
+    if max_term_difference_zh < 1.0 and (HAN.search(a_n) or HAN.search(b_n)):
         only, share = _term_difference(a_n, b_n)
         if share > max_term_difference_zh:
             return f"different terms ({only})"
@@ -118,7 +117,7 @@ def _term_difference(a: str, b: str) -> tuple[str, float]:
 
 
 def _zh_terms(text: str) -> set[str]:
-    chars = {c for c in _CJK_CHAR.findall(text) if c not in _ZH_FUNCTION}
+    chars = {c for c in content_chars(text) if c not in _NOT_TERMS_ZH}
     return chars | {w.casefold() for w in _LATIN_WORD.findall(text)}
 
 

@@ -7,17 +7,12 @@ text; the 3,755 most common are embedded at warm-up) and never shrinks: at most 
 """
 from __future__ import annotations
 
-import re
 import threading
 
 import numpy as np
 
+from ..text import HAN, content_chars
 from .base import Encoder
-
-CJK = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
-# Question words, pronouns, particles and light verbs: what a question is made of besides what it asks about.
-FUNCTION = frozenset("的了吗呢吧啊呀么嘛哦哪那这个些们我你您他她它是在有和与或及就都也还又再要会能可以想请问怎样如何为什"
-                     "啥谁几多少时候何里去来到把被给对让从用得地着过很太最更")
 
 
 class CharVectors:
@@ -32,14 +27,14 @@ class CharVectors:
 
     def question(self, text: str) -> np.ndarray | None:
         """The question's content characters' vectors (each once), or None when it has none."""
-        chars = [c for c in dict.fromkeys(CJK.findall(text)) if c not in FUNCTION]
+        chars = content_chars(text)
         return self.vectors(chars) if chars else None
 
     def passages(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The passages' distinct characters' vectors (each once over all passages: they share most), where each
         passage's characters are among them (each character once per passage, passages one after the other), and
         how many each passage has."""
-        per_text = [list(dict.fromkeys(CJK.findall(text))) or [" "] for text in texts]
+        per_text = [list(dict.fromkeys(HAN.findall(text))) or [" "] for text in texts]
         lengths = np.array([len(chars) for chars in per_text], np.int64)
         distinct = list(dict.fromkeys(c for chars in per_text for c in chars))
         position = {c: i for i, c in enumerate(distinct)}

@@ -3,13 +3,14 @@
 features and weights file of the router."""
 from .chunking import Chunk, Placed, chunk_blocks, chunk_text
 from .followup import Turn, depends_on_history, expand_question, history_query, salient_terms
-from .language import AUTO, LANGUAGES, Language, detect_language, question_language
+from .language import (AUTO, HAN, LANGUAGES, QUESTION_WORDS_ZH, Language, content_chars, detect_language,
+                       question_language)
 from .normalise import content_hash, has_cjk, markdown_title, normalise_text
 from .question import QuestionFeatures, normalise_question, question_features, question_key
 from .router_weights import RouterWeights
 from .tokenize import BM25Tokenizer
 
-__all__ = ["AUTO", "BM25Tokenizer", "Chunk", "LANGUAGES", "Language", "Placed", "QuestionFeatures", "RouterWeights",
-           "Turn", "chunk_blocks", "chunk_text", "content_hash", "depends_on_history", "detect_language",
+__all__ = ["AUTO", "BM25Tokenizer", "Chunk", "HAN", "LANGUAGES", "QUESTION_WORDS_ZH", "Language", "Placed", "QuestionFeatures", "RouterWeights",
+           "Turn", "chunk_blocks", "chunk_text", "content_chars", "content_hash", "depends_on_history", "detect_language",
            "expand_question", "has_cjk", "history_query", "markdown_title", "normalise_question", "normalise_text",
            "question_features", "question_key", "question_language", "salient_terms"]

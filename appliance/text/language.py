@@ -23,6 +23,17 @@ ZH_AT_LEAST = 0.6  # share of CJK (in Latin-word units) from which a text is Chi
 EN_AT_MOST = 0.1  # and up to which it is English; in between it is both
 SAMPLE_CHARS = 20_000  # what detection reads of a partition's first documents
 
+HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")  # Chinese characters (ideographs) only
+# What a Chinese question is made of besides what it asks about: question words, pronouns, particles, light verbs.
+# Two questions that differ only in these (怎么/如何, 我的/你们) ask the same thing.
+QUESTION_WORDS_ZH = frozenset("的了吗呢吧啊呀么嘛哦哪那这个些们我你您他她它是在有和与或及就都也还又再要会能可以想请问"
+                              "怎样如何为什啥谁几多少时候何里去来到把被给对让从用得地着过很太最更")
+
+
+def content_chars(text: str) -> list[str]:
+    """The text's distinct Chinese characters in order of first use, less the question words."""
+    return [c for c in dict.fromkeys(HAN.findall(text)) if c not in QUESTION_WORDS_ZH]
+
 
 def detect_language(texts: Iterable[str], sample_chars: int = SAMPLE_CHARS) -> Language:
     """"zh", "en" (any Latin-script text, code included), or "multi" for text in both, or in neither (numbers,

@@ -9,9 +9,26 @@ extras := env_var_or_default("APPLIANCE_EXTRAS", "cpu,dev")
 serve: setup
     {{py}} -m appliance serve
 
-# Run the test suite (real models, real indexes, a real server on loopback).
-test: setup
+# Run the test suite (real models, real indexes, a real server on loopback, the console in a real chromium).
+test: setup browser
     {{py}} -m pytest -q
+
+# Debian's chromium for the console's browser tests (Playwright drives it; no browser download).
+browser:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    command -v chromium >/dev/null && exit 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends chromium >/dev/null
+    else
+        echo "chromium is missing: run 'sudo apt-get install chromium' (the console's browser tests skip without it)"
+    fi
+
+# The console's screenshots in docs/screenshots (taken by its browser tests).
+screenshots: setup browser
+    APPLIANCE_SCREENSHOTS=docs/screenshots {{py}} -m pytest -q tests/test_console_browser.py
 
 # Create the virtual environment, install the package with its extras, build the default models.
 setup:
@@ -66,6 +83,13 @@ bench-languages: setup
 # fds, memory, latency and every answer over time; writes bench/results/soak.md.
 bench-soak: setup
     {{py}} bench/soak.py
+
+# Console: the page's first load, time until usable and the server cost of open pages, against a Gradio page
+# (PrivateGPT's kind) in its own venv, in the same chromium; writes bench/results/console.md.
+bench-console: setup browser
+    [ -x .venv-gradio/bin/python ] || python3 -m venv .venv-gradio
+    .venv-gradio/bin/python -m pip install --quiet "gradio==6.31.0"
+    {{py}} bench/console.py
 
 # Measure retrieval quality on a BEIR folder, e.g. `just eval ../shared/data/beir_scifact`.
 eval data: setup

@@ -110,8 +110,12 @@ def _add_document_commands(commands) -> None:
 
 def _add_admin_commands(commands) -> None:
     keys = commands.add_parser("keys", help="API keys").add_subparsers(dest="what", required=True)
-    add = keys.add_parser("add", help="make a key for a tenant; prints it once, stores only its hash")
-    add.add_argument("--tenant", required=True)
+    add = keys.add_parser("add", help="make a key for a tenant (or an admin key); prints it once, stores only "
+                          "its hash")
+    who = add.add_mutually_exclusive_group(required=True)
+    who.add_argument("--tenant")
+    who.add_argument("--admin", action="store_true", help="a key that may name any tenant and sees the box "
+                     "(the console's Overview)")
     add.add_argument("--name", default="", help="a label for the key (who or what uses it)")
     add.add_argument("--file", type=Path, help="keys file (default: admission.keys_file)")
     add.set_defaults(run=_keys_add)
@@ -301,14 +305,15 @@ def _keys_add(settings: Settings, args) -> None:
     path = args.file or (Path(settings.admission.keys_file) if settings.admission.keys_file else None)
     if path is None:
         sys.exit("no keys file: pass --file or set admission.keys_file")
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}", args.tenant):
+    if not args.admin and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}", args.tenant):
         sys.exit(f"tenant {args.tenant!r}: letters, digits, '_', '.', '-' (up to 128)")
     try:
-        key = add_key(path, args.tenant, args.name)
+        key = add_key(path, None if args.admin else args.tenant, args.name)
     except KeysFileError as exc:  # the file as it is would stop the server, or the name cannot be written
         sys.exit(f"appliance: {exc}")
     print(key)
-    print(f"added to {path} for tenant {args.tenant!r}; the key is shown only now", file=sys.stderr)
+    who = "as an admin key" if args.admin else f"for tenant {args.tenant!r}"
+    print(f"added to {path} {who}; the key is shown only now", file=sys.stderr)
 
 
 def _cache_entries(settings: Settings, args) -> None:

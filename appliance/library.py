@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .config import ChunkSettings, IndexSettings, QuotaSettings
@@ -64,6 +64,8 @@ class PartitionInfo:
     chunks: int
     language: str = AUTO  # en, zh, multi; auto until its first documents decide it
     encoder: str = ""  # what its current index version was built by ("" before any)
+    documents: int | None = None  # filled by `partition_details` only (a store read)
+    index_bytes: int | None = None  # the searchable index version's files on disk (ditto)
 
 
 class Library:
@@ -264,6 +266,21 @@ class Library:
                                          snapshot.encoder if snapshot is not None else ""))
         return out
 
+    def partition_details(self, tenant: str | None = None) -> list[PartitionInfo]:
+        """`partitions` with each one's documents and index size on disk (store and disk reads: call from a
+        worker thread)."""
+        out = []
+        for info in self.partitions(tenant):
+            record = self.store.get_partition(info.tenant, info.name)
+            snapshot = self.snapshot(info.tenant, info.name)
+            out.append(replace(info, documents=self.store.count_documents(record.id) if record else 0,
+                               index_bytes=_folder_bytes(snapshot.folder) if snapshot else 0))
+        return out
+
+    def tenants(self) -> list[str]:
+        """Every tenant that has a partition, by name."""
+        return sorted({indexer.partition.tenant for indexer in self._indexers.values()})
+
     def list_documents(self, tenant: str, partition: str, after: str = "",
                        limit: int = 100) -> list[FileDocument] | None:
         """A page of the partition's documents in id order; None when there is no such partition (a store read:
@@ -320,3 +337,11 @@ def _check_quota(quota: QuotaSettings, store: Store, tenant: str, partition: Par
 def _log_failure(task: asyncio.Future) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("index build failed: %s", task.exception(), exc_info=task.exception())
+
+
+def _folder_bytes(folder: Path) -> int:
+    """The files' sizes; 0 for a version folder removed meanwhile (a newer version replaced it)."""
+    try:
+        return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+    except FileNotFoundError:
+        return 0

@@ -121,7 +121,8 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
         warm = await _warm_up(s, retriever, encoders, chars, library, engines) if warm_up else {}
         boot = BootReport(ms_since(started), warm)
         log.info("ready in %.0f ms: %d partitions", boot.boot_ms, len(library.partitions()))
-        yield Services(s, library, files, retriever, questions, answers, engines, CacheAdmin(semantic), boot)
+        admin = CacheAdmin(semantic, caches.exact, caches.embeddings) if caches else CacheAdmin(None)
+        yield Services(s, library, files, retriever, questions, answers, engines, admin, boot)
 
 
 def parse_limits(settings: ParseSettings) -> ParseLimits:

@@ -51,9 +51,10 @@ def tiny_llm(tmp_path_factory) -> Path:
 def llm_served(tmp_path_factory, models_dir, tiny_llm):
     """One server with real engines for the whole session: small = the tiny model on core 0, large = the default
     SmolLM2 on core 1 (so the "Paris" check shares its start-up). API keys for tenants `default` (sent by
-    `live.client()`) and `other` (`live.keys`). `boot` records what clients saw while it warmed up."""
+    `live.client()`) and `other`, and an admin key (`live.keys["admin"]`). `boot` records what clients saw while it
+    warmed up."""
     data_dir = tmp_path_factory.mktemp("llm")
-    keys_file, keys = write_keys(data_dir, ["default", "other"])
+    keys_file, keys = write_keys(data_dir, ["default", "other"], admin=True)
     settings = make_settings(data_dir, models_dir, generate_enabled="true",
                              demo_corpus="true", small_model=str(tiny_llm), small_kv_cache_gib="0.125",
                              large_model="smollm2", large_kv_cache_gib="0.25", generate_restart_delay_s="0.5",

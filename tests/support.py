@@ -101,12 +101,16 @@ class LiveServer:
         self.thread.join(timeout=30)
 
 
-def write_keys(folder: Path, tenants: list[str]) -> tuple[Path, dict[str, str]]:
-    """An API keys file with one new key per tenant; returns the file and tenant -> key."""
+def write_keys(folder: Path, tenants: list[str], admin: bool = False) -> tuple[Path, dict[str, str]]:
+    """An API keys file with one new key per tenant (and an admin key, as "admin", if asked); returns the file and
+    tenant -> key."""
     from appliance.serve.keys import add_key
 
     path = folder / "keys.toml"
-    return path, {tenant: add_key(path, tenant, f"test {tenant}") for tenant in tenants}
+    keys = {tenant: add_key(path, tenant, f"test {tenant}") for tenant in tenants}
+    if admin:
+        keys["admin"] = add_key(path, None, "test admin")
+    return path, keys
 
 
 def observe_boot(live: LiveServer, timeout: float = 900) -> dict:

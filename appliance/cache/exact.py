@@ -58,5 +58,8 @@ class ExactCache:
             while len(self._memory) > self.memory_items:
                 self._memory.popitem(last=False)
 
+    def __len__(self) -> int:
+        return len(self._disk)  # one count over the disk store's table (expired entries included until culled)
+
     def close(self) -> None:
         self._disk.close()

@@ -82,7 +82,8 @@ class Refusal:
 
 
 class Admission:
-    """ASGI middleware for /v1/ paths. Sets scope["state"]: `tenant` (the key's; None without keys),
+    """ASGI middleware for /v1/ paths. Sets scope["state"]: `tenant` (the key's; None without keys or for an admin
+    key), `admin` (an admin key: may name any tenant and see the box),
     `request_id`, and `record`, which the routes fill (cache layer, route, timings) and which is reported once
     the response, streamed or not, has been sent. A request's endpoint, for metrics and the request log, is the
     `name` of the route its path matches (any method: a 405 still counts against its resource)."""
@@ -102,7 +103,7 @@ class Admission:
         endpoint = self._endpoint(scope)
         record = RequestRecord(request_id, endpoint, None, 0, started=time.time())
         state = scope.setdefault("state", {})
-        state.update(request_id=request_id, record=record, tenant=None)
+        state.update(request_id=request_id, record=record, tenant=None, admin=False)
         clock = time.perf_counter()
 
         async def send_tracked(message) -> None:
@@ -171,11 +172,15 @@ class Admission:
         gate = self.gate
         if gate.keys is not None:
             auth = headers.get("authorization", "")
-            record.tenant = gate.keys.tenant_for_header(auth)
-            if record.tenant is None:
+            caller = gate.keys.caller_for_header(auth)
+            if caller is None:
                 message = "invalid API key" if auth else "missing API key: send Authorization: Bearer <key>"
                 return Refusal("unauthorized", 401, message, {"WWW-Authenticate": "Bearer"}), ""
-        name = record.tenant if record.tenant is not None else "client:" + (scope.get("client") or ("?",))[0]
+            record.tenant = caller.tenant
+            scope["state"]["admin"] = caller.admin
+        # an admin's requests share one holder name: admins are operators, not tenants to be kept apart
+        holder = "admin" if scope["state"].get("admin") else "client:" + (scope.get("client") or ("?",))[0]
+        name = record.tenant if record.tenant is not None else holder
         # The bucket protects tenants from each other, so it applies only while another tenant competes: alone, a
         # tenant may use all the room the box has (bounded by its slots and, for answers, the engines' queues).
         if gate.slots.arrive(name) and (wait := gate.buckets.take(name)) > 0:

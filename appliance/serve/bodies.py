@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ServerSettings, Settings
-from .schemas import ask_body, chat_body, ingest_body, search_body
+from .body_schemas import ask_body, chat_body, ingest_body, search_body
 from .validation import Spec, parse_json, validate
 
 

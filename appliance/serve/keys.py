@@ -21,6 +21,7 @@ import threading
 import time
 import tomllib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,15 @@ _TOML_ESCAPES = {ord('"'): '\\"', ord("\\"): "\\\\", ord("\b"): "\\b", ord("\t")
                  ord("\f"): "\\f", ord("\r"): "\\r",
                  **{c: f"\\u{c:04X}" for c in (*range(0x20), 0x7F) if chr(c) not in "\b\t\n\f\r"}}
 Stamp = tuple[int, int, int, int, int] | None  # what a stat() says of the file; None: it cannot be stat'ed
+ADMIN = "admin"  # the role of a key that may name any tenant and see the box (the console's admin views)
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who a key lets in: a tenant, or an admin (tenant None), who names the tenant per request as clients do on
+    a box without keys."""
+    tenant: str | None
+    admin: bool = False
 
 
 class KeysFileError(ValueError):
@@ -64,8 +74,8 @@ class ApiKeys:
     worker thread stat the file (the event loop never waits on the disk) and re-read it if it changed; `reload`
     (also run on SIGHUP) replaces the whole table at once, or keeps it and logs why when the new file is wrong."""
 
-    def __init__(self, tenants_by_hash: dict[str, str], path: Path | None = None, stamp: Stamp = None):
-        self._tenants = tenants_by_hash
+    def __init__(self, callers_by_hash: dict[str, Caller], path: Path | None = None, stamp: Stamp = None):
+        self._callers = callers_by_hash
         self.path, self._stamp = path, stamp
         self._next_check = time.monotonic() + CHECK_EVERY_S
         self._checking = False
@@ -73,22 +83,28 @@ class ApiKeys:
 
     @classmethod
     def load(cls, path: Path) -> "ApiKeys":
-        """[[keys]] entries with `sha256` (hex or "sha256:<hex>"), `tenant` and an optional `name`."""
-        tenants, stamp = _read(Path(path))
-        return cls(tenants, Path(path), stamp)
+        """[[keys]] entries with `sha256` (hex or "sha256:<hex>"), `tenant` (or `role = "admin"`) and an optional
+        `name`."""
+        callers, stamp = _read(Path(path))
+        return cls(callers, Path(path), stamp)
 
-    def tenant_for(self, key: str) -> str | None:
+    def caller_for(self, key: str) -> Caller | None:
         self._maybe_check()
         # Looked up by hash: how long the lookup takes depends on the digest, not on how close a guess came.
-        return self._tenants.get(hash_key(key)) if key else None
+        return self._callers.get(hash_key(key)) if key else None
 
-    def tenant_for_header(self, authorization: str) -> str | None:
-        """The tenant of an `Authorization: Bearer <key>` header's key."""
+    def caller_for_header(self, authorization: str) -> Caller | None:
+        """Who an `Authorization: Bearer <key>` header's key lets in."""
         scheme, _, key = authorization.partition(" ")
-        return self.tenant_for(key.strip()) if scheme.lower() == "bearer" else None
+        return self.caller_for(key.strip()) if scheme.lower() == "bearer" else None
+
+    def tenant_for(self, key: str) -> str | None:
+        """The key's tenant (None for an unknown key and for an admin key)."""
+        caller = self.caller_for(key)
+        return caller.tenant if caller is not None else None
 
     def __len__(self) -> int:
-        return len(self._tenants)
+        return len(self._callers)
 
     def reload(self, force: bool = True) -> bool:
         """Re-read the file (unless `force` is off and its stat is unchanged); True when the keys were replaced."""
@@ -99,12 +115,12 @@ class ApiKeys:
                 return False
             self._stamp = stamp  # a wrong file is reported once, not at every check
             try:
-                tenants, self._stamp = _read(self.path)
+                callers, self._stamp = _read(self.path)
             except KeysFileError as exc:
-                log.error("API keys file not reloaded, keeping the previous %d keys: %s", len(self._tenants), exc)
+                log.error("API keys file not reloaded, keeping the previous %d keys: %s", len(self._callers), exc)
                 return False
-            self._tenants = tenants  # one assignment: a lookup sees the old table or the new one, never a mix
-        log.info("API keys file %s reloaded: %d keys", self.path, len(tenants))
+            self._callers = callers  # one assignment: a lookup sees the old table or the new one, never a mix
+        log.info("API keys file %s reloaded: %d keys", self.path, len(callers))
         return True
 
     def _maybe_check(self) -> None:
@@ -129,10 +145,12 @@ class ApiKeys:
             log.error("checking the API keys file failed", exc_info=future.exception())
 
 
-def add_key(path: Path, tenant: str, name: str = "") -> str:
-    """Append a new key for `tenant` to the keys file (created readable by its owner only) and return the key."""
+def add_key(path: Path, tenant: str | None, name: str = "") -> str:
+    """Append a new key to the keys file (created readable by its owner only) and return the key: a key for
+    `tenant`, or an admin key when `tenant` is None."""
     key = new_key()
-    entry = f'\n[[keys]]\nsha256 = "{hash_key(key)}"\ntenant = {toml_string(tenant)}\n'
+    who = f'role = "{ADMIN}"' if tenant is None else f"tenant = {toml_string(tenant)}"
+    entry = f'\n[[keys]]\nsha256 = "{hash_key(key)}"\n{who}\n'
     if name:
         entry += f"name = {toml_string(name)}\n"
     if path.exists():
@@ -175,7 +193,7 @@ def _stamp(st: os.stat_result) -> Stamp:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode
 
 
-def _read(path: Path) -> tuple[dict[str, str], Stamp]:
+def _read(path: Path) -> tuple[dict[str, Caller], Stamp]:
     try:
         with open(path, "rb") as f:
             st = os.fstat(f.fileno())  # the stamp of what is read, even if the file is replaced meanwhile
@@ -193,14 +211,14 @@ def _read(path: Path) -> tuple[dict[str, str], Stamp]:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise KeysFileError(f"API keys file {path} is not valid TOML: {exc}") from None
-    return _tenants(path, raw.get("keys", [])), _stamp(st)
+    return _callers(path, raw.get("keys", [])), _stamp(st)
 
 
-def _tenants(path: Path, entries: Any) -> dict[str, str]:
+def _callers(path: Path, entries: Any) -> dict[str, Caller]:
     """Every wrong entry is reported at once, each named by its number (and name), as the settings' errors are."""
     if not isinstance(entries, list):
         raise KeysFileError(f"API keys file {path}: `keys` must be [[keys]] tables, not a {type(entries).__name__}")
-    tenants: dict[str, str] = {}
+    callers: dict[str, Caller] = {}
     first: dict[str, str] = {}  # digest -> the entry that listed it
     errors = []
     for n, entry in enumerate(entries, 1):
@@ -214,24 +232,31 @@ def _tenants(path: Path, entries: Any) -> dict[str, str]:
                 # two tenants for one key would be decided by the order of the file: refuse instead
                 problem = f"same sha256 as {first[digest]}: a key belongs to one tenant; remove one of them"
             else:
-                first[digest], tenants[digest] = label, entry["tenant"]
+                admin = entry.get("role") == ADMIN
+                first[digest], callers[digest] = label, Caller(None if admin else entry["tenant"], admin)
         if problem is not None:
             errors.append(f"{label}: {problem}")
     if errors:
         raise KeysFileError(f"API keys file {path}:\n  " + "\n  ".join(errors))
-    return tenants
+    return callers
 
 
 def _problem(entry: Any) -> str | None:
     if not isinstance(entry, dict):
         return "must be a table ([[keys]] with sha256 and tenant)"
     digest, tenant, name = entry.get("sha256"), entry.get("tenant"), entry.get("name", "")
+    role = entry.get("role", "tenant")
     if not isinstance(digest, str) or not _DIGEST.fullmatch(digest.lower().removeprefix("sha256:")):
         return f"sha256 must be 64 hex digits (optionally after \"sha256:\"), got {_short(digest)}"
-    if not isinstance(tenant, str) or not re.fullmatch(NAME_PATTERN, tenant):
-        return f"tenant must be a name of letters, digits, '_', '.', '-' (up to 128), got {_short(tenant)}"
+    if role not in ("tenant", ADMIN):
+        return f'role must be "tenant" (the default) or "{ADMIN}", got {_short(role)}'
     if not isinstance(name, str):
         return f"name must be a string, got {_short(name)}"
+    if role == ADMIN:
+        # an admin names the tenant of each request; a tenant here would read as a limit it is not
+        return None if tenant is None else f'an admin key has no tenant (role = "{ADMIN}" may name any)'
+    if not isinstance(tenant, str) or not re.fullmatch(NAME_PATTERN, tenant):
+        return f"tenant must be a name of letters, digits, '_', '.', '-' (up to 128), got {_short(tenant)}"
     return None
 
 

@@ -17,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from ..timings import Stage
+from .history import History
 
 if TYPE_CHECKING:
     from ..generate.engines import EngineStatus
@@ -67,18 +68,22 @@ class Metrics:
                                     ["engine"], buckets=BUCKETS, registry=r)
         self.ttft = Histogram("vllm:time_to_first_token_seconds", "Time to the first generated token", ["engine"],
                               buckets=BUCKETS, registry=r)
+        self.history = History(BUCKETS)  # the same figures, kept for the console's charts
         self._engines = _EngineCollector()
         self._gauges = _GaugeSources()
         r.register(self._engines)
         r.register(self._gauges)
 
     def observe(self, record: RequestRecord) -> None:
-        for stage, ms in record.timings.items():
-            if stage in _STAGE_SET and isinstance(ms, (int, float)) and math.isfinite(ms) and ms >= 0:
-                self.stage_seconds.labels(stage).observe(ms / 1000.0)
+        timings = {stage: float(ms) for stage, ms in record.timings.items()
+                   if stage in _STAGE_SET and isinstance(ms, (int, float)) and math.isfinite(ms) and ms >= 0}
+        for stage, ms in timings.items():
+            self.stage_seconds.labels(stage).observe(ms / 1000.0)
         self.requests.labels(record.endpoint, str(record.status)).inc()
+        answering = record.endpoint in _ANSWERING
+        self.history.request(record.endpoint, record.status, record.cache, record.degraded, timings, answering)
         # a refused or failed request never reached the cache or the router, so it says nothing about them
-        if record.endpoint in _ANSWERING and record.status < 400:
+        if answering and record.status < 400:
             self.cache_hits.labels(record.cache or "none").inc()
             self.routes.labels(record.route_engine or "none", record.route_requested or "none").inc()
         if record.degraded:
@@ -88,6 +93,7 @@ class Metrics:
         if reason not in REJECT_REASONS:
             raise ValueError(f"unknown rejection reason {reason!r}; expected one of {REJECT_REASONS}")
         self.rejections.labels(reason, endpoint).inc()
+        self.history.rejected(reason)
 
     def engine_sample(self, engine: str, kind: str, seconds: float) -> None:
         if kind == "queue":
@@ -95,6 +101,7 @@ class Metrics:
             self.stage_seconds.labels(Stage.QUEUE_WAIT).observe(seconds)
         elif kind == "ttft":
             self.ttft.labels(engine).observe(seconds)
+            self.history.ttft(engine, seconds)
         else:
             raise ValueError(f"unknown engine sample kind {kind!r}; expected 'queue' or 'ttft'")
 

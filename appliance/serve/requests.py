@@ -15,7 +15,7 @@ from ..ingest import DocumentInput
 from ..retrieve import PartitionFilter
 from ..text import Turn
 from .errors import ApiError
-from .schemas import MAX_QUESTION_CHARS
+from .body_schemas import MAX_QUESTION_CHARS
 
 
 def _names(values: list[str] | None) -> tuple[str, ...] | None:

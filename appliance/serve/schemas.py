@@ -1,121 +1,13 @@
-"""The request bodies of the HTTP API and the OpenAPI document built from them."""
+"""The OpenAPI document of the HTTP API, built from the request bodies (body_schemas.py) and the operations below."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
+from .body_schemas import (DOCUMENT_ID, ID_PATTERN, LANGUAGE_CHOICES, LANGUAGE_HELP, ask_body, chat_body,
+                           ingest_body, search_body)
 from .validation import NAME_PATTERN, Spec
-
-# A document id is the client's own string, but without control characters: a line break in it could not be
-# named in DELETE /v1/documents/{id} (the route's path pattern stops at one), so such a document could never go.
-ID_PATTERN = r"^[^\x00-\x1f\x7f]+$"
-DOCUMENT_ID = Spec("string", "Document id.", required=True, min=1, max=256, pattern=ID_PATTERN)
-MAX_QUESTION_CHARS = 4000  # a question, in /v1/ask or as a chat's last user message
-
-
-def ingest_body(settings: Settings) -> Spec:
-    document = Spec("object", "A document to store and index.", fields={
-        "id": Spec("string", "Document id, unique within the partition; default: a hash of the content.",
-                   min=1, max=256, pattern=ID_PATTERN),
-        "title": Spec("string", "Title; also indexed.", default="", max=1000),
-        "text": Spec("string", "Full text; chunked at ingest.", required=True, min=1,
-                     max=settings.server.max_body_bytes, blank=False),
-        "source": Spec("string", "Where the document came from (path, URL, system).", default="", max=2000),
-        "metadata": Spec("object", "Free-form JSON object returned with results.", free_form=True, max=65536),
-        "time": Spec("timestamp", "Document time (epoch seconds or ISO 8601); selects partitions by time range."),
-    })
-    return Spec("object", fields={
-        "tenant": Spec("string", "Tenant the partition belongs to.", required=True, pattern=NAME_PATTERN),
-        "partition": Spec("string", "Partition name (created on first use).", required=True, pattern=NAME_PATTERN),
-        "kind": Spec("string", "Document type of a new partition (default \"default\"), used by search "
-                     "filters; naming another kind for an existing partition is a 409.", pattern=NAME_PATTERN),
-        "language": Spec("string", LANGUAGE_HELP, choices=LANGUAGE_CHOICES),
-        "wait": Spec("boolean", "Return only once the documents are searchable (default true).", default=True),
-        "documents": Spec("array", "Documents to store.", required=True, min=1,
-                          max=settings.server.max_documents_per_request, items=document),
-    })
-
-
-LANGUAGE_CHOICES = ("auto", "en", "zh", "multi")
-LANGUAGE_HELP = ("Language of a new partition, which picks its encoder: auto (default: the language of its first "
-                 "documents), en, zh or multi (both); naming another for an existing partition is a 409 (a re-index "
-                 "changes it).")
-
-
-def search_body(settings: Settings) -> Spec:
-    return Spec("object", fields={
-        "tenant": Spec("string", "Tenant to search.", required=True, pattern=NAME_PATTERN),
-        "query": Spec("string", "The question or keywords.", required=True, min=1, max=4000, blank=False),
-        "k": Spec("integer", "Number of results.", default=settings.retrieve.default_k, min=1,
-                  max=settings.retrieve.max_k),
-        "partitions": Spec("array", "Partition names to search; default: all of the tenant's.", min=1, max=1000,
-                           items=Spec("string", pattern=NAME_PATTERN)),
-        "filters": Spec("object", "Partition metadata filters, applied before any search.", fields={
-            "kinds": Spec("array", "Partition kinds to include.", min=1, max=100,
-                          items=Spec("string", pattern=NAME_PATTERN)),
-            "time_from": Spec("timestamp", "Only partitions holding documents at or after this time."),
-            "time_to": Spec("timestamp", "Only partitions holding documents at or before this time."),
-        }),
-        "late_interaction": Spec("boolean", "Override the late-interaction stage for this request."),
-    })
-
-
-def model_choices(settings: Settings) -> tuple[str, ...]:
-    """What a request may name as `model`: the router, or one of the engines the settings enable."""
-    return ("auto", *settings.engine_roles())
-
-
-def _max_answer_tokens(settings: Settings) -> int:
-    """The largest answer any enabled engine gives (each still caps its own)."""
-    return max((spec.max_tokens for spec in settings.engines().values()), default=settings.generate.max_tokens_cited)
-
-
-def ask_body(settings: Settings) -> Spec:
-    return Spec("object", fields={
-        "tenant": Spec("string", "Tenant whose documents answer the question.", required=True, pattern=NAME_PATTERN),
-        "question": Spec("string", "The question.", required=True, min=1, max=MAX_QUESTION_CHARS,
-                         blank=False),
-        "partitions": Spec("array", "Partition names to use; default: all of the tenant's.", min=1, max=1000,
-                           items=Spec("string", pattern=NAME_PATTERN)),
-        "model": Spec("string", f"auto (the router decides) or an engine: {', '.join(settings.engine_roles())}.",
-                      default="auto", choices=model_choices(settings)),
-        "task": Spec("string", "cited (answer citing passages [n]) or concise (shortest answer).", default="cited",
-                     choices=("cited", "concise")),
-        "stream": Spec("boolean", "Server-Sent Events: sources, then token deltas, then done.", default=False),
-        "max_tokens": Spec("integer", "Answer length cap (the engine's own cap still applies).", min=1,
-                           max=_max_answer_tokens(settings)),
-        "timeout_s": Spec("number", "Seconds the answer may take; generation stops there with finish_reason "
-                          "\"deadline\" (default and maximum: server.request_timeout_s).", min=0.1,
-                          max=settings.server.request_timeout_s),
-        "history": Spec("array", "Earlier turns of the conversation, oldest first: the question is then a follow-up "
-                        "(made standalone for retrieval; the recent turns are shown to the model).", max=200,
-                        items=Spec("object", fields={
-                            "role": Spec("string", required=True, choices=("user", "assistant")),
-                            "content": Spec("string", required=True, max=settings.server.max_chat_message_chars)})),
-    })
-
-
-def chat_body(settings: Settings) -> Spec:
-    message = Spec("object", "A chat message; content is a string or a list of text parts.", extra=True, fields={
-        "role": Spec("string", required=True, choices=("system", "user", "assistant", "tool", "developer")),
-        "content": Spec("any", f"The message text: at most server.max_chat_message_chars "
-                        f"({settings.server.max_chat_message_chars}) characters, all messages together "
-                        f"server.max_chat_chars ({settings.server.max_chat_chars})."),
-    })
-    return Spec("object", "OpenAI chat completion request; fields not listed are accepted and ignored.", extra=True,
-                fields={
-        "model": Spec("string", f"auto or an engine: {', '.join(settings.engine_roles())}.", required=True,
-                      choices=model_choices(settings)),
-        "messages": Spec("array", "The conversation; the last user message is answered with RAG.", required=True,
-                         min=1, max=256, items=message),
-        "stream": Spec("boolean", default=False),
-        "max_tokens": Spec("integer", min=1, max=_max_answer_tokens(settings)),
-        "max_completion_tokens": Spec("integer", min=1, max=_max_answer_tokens(settings)),
-        "tenant": Spec("string", "Tenant (else the X-Tenant header, else \"default\").", pattern=NAME_PATTERN),
-        "partitions": Spec("array", "Partition names to use.", min=1, max=1000,
-                           items=Spec("string", pattern=NAME_PATTERN)),
-    })
 
 
 ERROR_SCHEMA = {"type": "object", "required": ["error"], "properties": {"error": {
@@ -269,6 +161,20 @@ def operations(settings: Settings) -> list[Operation]:
                 "status": {"type": "string", "enum": ["starting", "stopping", "failed"]},
                 "error": {"type": "string"}}}}}}}),
         Operation("get", "/openapi.json", "This document", "OpenAPI 3.0 document"),
+        *_console_operations(),
+    ]
+
+
+def _console_operations() -> list[Operation]:
+    page = {"ok_schema": {"type": "string"}}
+    return [
+        Operation("get", "/", "The console (a page: the box, documents, ask, cache)", "The page", **page,
+                  ok_media=("text/html",)),
+        Operation("get", "/console/{name}", "One of the console's files", "The file", **page, errors=(404,),
+                  ok_media=("text/javascript", "text/css"), params=(Param("name", "path", Spec(
+                      "string", "File name.", required=True, max=100)),)),
+        Operation("get", "/v1/whoami", "Who the API key lets in: its tenant, or every tenant", "The caller"),
+        Operation("get", "/v1/admin/overview", "The box at a glance (an admin key's)", "The overview"),
     ]
 
 

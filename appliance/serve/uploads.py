@@ -13,7 +13,7 @@ from starlette.types import Message
 
 from ..config import ParseSettings
 from .errors import ApiError
-from .schemas import ID_PATTERN
+from .body_schemas import ID_PATTERN
 from .validation import Spec, parse_json, validate
 
 FIELDS = ("tenant", "partition", "kind", "language", "wait", "metadata")

@@ -36,7 +36,7 @@ async def readyz(request: Request) -> JSONResponse:
 async def metrics(request: Request) -> Response:
     """With API keys on, any tenant's key: the numbers say who is busy and which models run."""
     keys = edge(request).gate.keys
-    if keys is not None and keys.tenant_for_header(request.headers.get("authorization", "")) is None:
+    if keys is not None and keys.caller_for_header(request.headers.get("authorization", "")) is None:
         raise ApiError.unauthorized("/metrics needs an API key: send Authorization: Bearer <key>")
     body, content_type = edge(request).metrics.render()
     return Response(body, media_type=content_type)

@@ -13,7 +13,7 @@ from ..edge import edge, name_param, read_body, require_ready, tenant_param
 from ..errors import ApiError
 from ..requests import IngestBody
 from ..responses import document_json, ingest_json
-from ..schemas import DOCUMENT_ID
+from ..body_schemas import DOCUMENT_ID
 from ..validation import validate
 
 

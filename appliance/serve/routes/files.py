@@ -15,7 +15,7 @@ from ...parse import MEDIA_TYPES, Format, ParseErrorCode
 from ..edge import NAME, edge, name_param, require_ready, tenant_of, tenant_param
 from ..errors import ApiError
 from ..responses import files_json
-from ..schemas import DOCUMENT_ID, LANGUAGE_CHOICES
+from ..body_schemas import DOCUMENT_ID, LANGUAGE_CHOICES
 from ..uploads import read_upload
 from ..validation import validate
 

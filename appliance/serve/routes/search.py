@@ -1,6 +1,8 @@
 """POST /v1/search (hybrid search) and GET /v1/partitions."""
 from __future__ import annotations
 
+import asyncio
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -22,7 +24,8 @@ async def search(request: Request) -> JSONResponse:
 
 async def partitions(request: Request) -> JSONResponse:
     library = require_ready(request).library
-    return JSONResponse({"partitions": [partition_json(p) for p in library.partitions(tenant_param(request))]})
+    details = await asyncio.to_thread(library.partition_details, tenant_param(request))  # store and disk reads
+    return JSONResponse({"partitions": [partition_json(p) for p in details]})
 
 
 routes = [

@@ -1,0 +1,161 @@
+// Ask: a conversation over POST /v1/chat/completions, streamed; numbered citations open their passage (file,
+// page, section, and the original file); the route, the cache layer and the stage timings of each answer.
+import { api, describe, downloadFile, el, errorBox, getJson, ms, session } from "./api.js";
+
+export function askView(root) {
+  const messages = [];  // the conversation sent with each question (multi-turn)
+  const thread = el("div", { class: "thread", "aria-live": "polite" });
+  const passage = el("aside", { class: "passage", hidden: true, "aria-label": "Cited passage", tabindex: "-1" });
+  const model = el("select", { id: "ask-model" }, el("option", { value: "auto" }, "auto (the router picks)"));
+  const input = el("textarea", { id: "ask-input", rows: 2, required: true,
+                                 placeholder: "Ask a question about this tenant's documents" });
+  const send = el("button", { type: "submit" }, "Ask");
+  const form = el("form", { class: "ask", onsubmit: (e) => { e.preventDefault(); ask(); } },
+    el("label", { for: "ask-input" }, "Question"), input,
+    el("div", { class: "row" }, el("label", { for: "ask-model" }, "Model"), model, send,
+       el("button", { type: "button", onclick: reset }, "New conversation")));
+  input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); form.requestSubmit(); }
+  });
+  root.replaceChildren(el("h2", {}, "Ask"), el("div", { class: "ask-layout" },
+    el("div", {}, thread, form), passage));
+
+  function reset() {
+    messages.length = 0;
+    thread.replaceChildren();
+    passage.hidden = true;
+  }
+
+  async function loadModels() {
+    try {
+      const { data } = await getJson("/v1/models");
+      model.replaceChildren(...data.map((m) => el("option", { value: m.id },
+        m.id === "auto" ? "auto (the router picks)" : `${m.id}${m.root ? ` (${m.root.split("/").pop()})` : ""}` +
+          `${m.state !== "up" ? `, ${m.state}` : ""}`)));
+    } catch { /* keep auto: the answer's error will say what is wrong */ }
+  }
+
+  async function ask() {
+    const question = input.value.trim();
+    if (!question) return;
+    input.value = "";
+    send.disabled = true;
+    messages.push({ role: "user", content: question });
+    thread.append(el("div", { class: "msg user" }, question));
+    const answer = new AnswerView(showPassage);
+    thread.append(answer.node);
+    try {
+      const text = await stream({ model: model.value, messages, stream: true, tenant: session.tenant }, answer);
+      messages.push({ role: "assistant", content: text });
+    } catch (err) {
+      messages.pop();  // the question stays on screen but is not history: it had no answer
+      answer.fail(err);
+    } finally {
+      send.disabled = false;
+      input.focus();
+    }
+  }
+
+  function showPassage(source) {
+    const where = [source.file, source.page ? `page ${source.page}${source.page_end && source.page_end !==
+      source.page ? `–${source.page_end}` : ""}` : null, source.section ? source.section.join(" › ") : null]
+      .filter(Boolean).join(", ");
+    passage.replaceChildren(
+      el("button", { type: "button", class: "close", onclick: () => { passage.hidden = true; } }, "Close"),
+      el("h3", {}, `[${source.n}] ${source.title || source.document_id}`),
+      el("p", { class: "muted", "data-citation": source.citation || "" },
+         where || `document ${source.document_id} (given as text)`, ` — partition ${source.partition}`),
+      el("blockquote", { class: "passage-text" }, source.text),
+      source.file ? el("button", { type: "button", onclick: (e) => openFile(e.target, source) },
+                       `Open ${source.file}`) : null);
+    passage.hidden = false;
+    passage.focus();
+  }
+
+  async function openFile(button, source) {
+    try {
+      await downloadFile(source.document_id, source.partition, source.file);
+    } catch (err) {
+      button.after(errorBox(err));
+    }
+  }
+
+  return { show() { loadModels(); input.focus(); }, hide() {} };
+}
+
+// Reads the OpenAI stream: the first chunk carries the sources, the last the route, cache and timings.
+async function stream(body, view) {
+  const reply = await api("/v1/chat/completions", { method: "POST", json: body });
+  const reader = reply.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "", text = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buffer += value;
+    let cut;
+    while ((cut = buffer.indexOf("\n\n")) >= 0) {
+      const event = buffer.slice(0, cut);
+      buffer = buffer.slice(cut + 2);
+      const data = event.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
+      if (!data || data === "[DONE]") continue;
+      const chunk = JSON.parse(data);
+      if (chunk.error) throw new Error(`the engine stopped mid-answer: ${chunk.error.message}`);
+      if (chunk.sources) view.sources(chunk.sources, chunk.standalone_question);
+      const delta = chunk.choices?.[0]?.delta?.content;
+      if (delta) { text += delta; view.text(text); }
+      if (chunk.choices?.[0]?.finish_reason) view.done(chunk, text);
+    }
+  }
+  return text;
+}
+
+class AnswerView {
+  constructor(onCite) {
+    this.onCite = onCite;
+    this.list = [];
+    this.body = el("div", { class: "answer-text" }, el("span", { class: "muted" }, "Searching…"));
+    this.meta = el("div", { class: "meta" });
+    this.sourceList = el("ol", { class: "sources" });
+    this.node = el("div", { class: "msg assistant" }, this.body, this.sourceList, this.meta);
+  }
+
+  sources(list, standalone) {
+    this.list = list;
+    this.body.replaceChildren(el("span", { class: "muted" }, list.length ? "Writing…" : "No passage found."));
+    this.sourceList.replaceChildren(...list.map((s) => el("li", { value: s.n },
+      el("button", { type: "button", class: "link", onclick: () => this.onCite(s) },
+         `${s.title || s.document_id}${s.citation ? ` — ${s.citation}` : ""}`))));
+    if (standalone) this.meta.append(el("p", { class: "muted" }, `Searched as: ${standalone}`));
+  }
+
+  // [n] in the text becomes a button that opens passage n; the rest stays text
+  text(value) {
+    const parts = [];
+    let at = 0;
+    for (const m of value.matchAll(/\[(\d{1,3})\]/g)) {
+      const source = this.list.find((s) => s.n === Number(m[1]));
+      if (!source) continue;
+      parts.push(value.slice(at, m.index), el("button", { type: "button", class: "cite", "data-cite": m[1],
+        title: source.title || source.document_id, onclick: () => this.onCite(source) }, `[${m[1]}]`));
+      at = m.index + m[0].length;
+    }
+    parts.push(value.slice(at));
+    this.body.replaceChildren(...parts);
+  }
+
+  done(last, text) {
+    if (!text) this.text(last.degraded ? "" : "(empty answer)");
+    const route = last.route || {};
+    const timings = Object.entries(last.timings_ms || {}).map(([k, v]) => `${k} ${ms(v)}`).join(" · ");
+    this.meta.append(
+      el("p", { class: "route", "data-engine": route.engine || "none", "data-cache": last.cache },
+         route.engine ? `Answered by the ${route.engine} engine (${route.reason})` :
+           `No generated answer${route.reason ? ` (${route.reason})` : ""}`,
+         `; cache: ${last.cache === "none" ? "miss" : last.cache}${last.degraded ? "; degraded (retrieval only)" : ""}`),
+      el("p", { class: "timings muted" }, timings));
+  }
+
+  fail(err) {
+    this.body.replaceChildren(el("p", { class: "error", role: "alert" }, describe(err)));
+  }
+}

@@ -13,17 +13,17 @@ serve: setup
 test: setup browser
     {{py}} -m pytest -q
 
-# Debian's chromium for the console's browser tests (Playwright drives it; no browser download).
+# Debian's chromium and firefox-esr for the console's browser tests (no browser download).
 browser:
     #!/usr/bin/env bash
     set -euo pipefail
-    command -v chromium >/dev/null && exit 0
+    command -v chromium >/dev/null && command -v firefox-esr >/dev/null && exit 0
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
-        apt-get install -y -qq --no-install-recommends chromium >/dev/null
+        apt-get install -y -qq --no-install-recommends chromium firefox-esr >/dev/null
     else
-        echo "chromium is missing: run 'sudo apt-get install chromium' (the console's browser tests skip without it)"
+        echo "run 'sudo apt-get install chromium firefox-esr': the console's browser tests skip without them"
     fi
 
 # The console's screenshots in docs/screenshots (taken by its browser tests).

@@ -256,30 +256,32 @@ class Library:
     # -- reads -------------------------------------------------------------------------------------------------
 
     def partitions(self, tenant: str | None = None) -> list[PartitionInfo]:
+        return [info for info, _ in self._infos(tenant)]
+
+    def _infos(self, tenant: str | None) -> list[tuple[PartitionInfo, PartitionIndexer]]:
         out = []
-        for indexer in self._indexers.values():
+        for indexer in list(self._indexers.values()):  # one C-level copy: safe against an insert on the loop
             p = indexer.partition
             if tenant is None or p.tenant == tenant:
                 snapshot = indexer.snapshot
-                out.append(PartitionInfo(p.tenant, p.name, p.kind, p.version, indexer.indexed_version,
-                                         snapshot.size if snapshot is not None else 0, p.language,
-                                         snapshot.encoder if snapshot is not None else ""))
+                out.append((PartitionInfo(p.tenant, p.name, p.kind, p.version, indexer.indexed_version,
+                                          snapshot.size if snapshot is not None else 0, p.language,
+                                          snapshot.encoder if snapshot is not None else ""), indexer))
         return out
 
     def partition_details(self, tenant: str | None = None) -> list[PartitionInfo]:
         """`partitions` with each one's documents and index size on disk (store and disk reads: call from a
-        worker thread)."""
+        worker thread; an ingest may add a partition meanwhile, so the indexers are copied first)."""
         out = []
-        for info in self.partitions(tenant):
-            record = self.store.get_partition(info.tenant, info.name)
-            snapshot = self.snapshot(info.tenant, info.name)
-            out.append(replace(info, documents=self.store.count_documents(record.id) if record else 0,
-                               index_bytes=_folder_bytes(snapshot.folder) if snapshot else 0))
+        for info, indexer in self._infos(tenant):
+            snapshot = indexer.snapshot
+            out.append(replace(info, documents=self.store.count_documents(indexer.partition.id),
+                               index_bytes=_folder_bytes(snapshot.folder) if snapshot is not None else 0))
         return out
 
     def tenants(self) -> list[str]:
         """Every tenant that has a partition, by name."""
-        return sorted({indexer.partition.tenant for indexer in self._indexers.values()})
+        return sorted({indexer.partition.tenant for indexer in list(self._indexers.values())})
 
     def list_documents(self, tenant: str, partition: str, after: str = "",
                        limit: int = 100) -> list[FileDocument] | None:
@@ -340,8 +342,9 @@ def _log_failure(task: asyncio.Future) -> None:
 
 
 def _folder_bytes(folder: Path) -> int:
-    """The files' sizes; 0 for a version folder removed meanwhile (a newer version replaced it)."""
+    """The files' sizes, subfolders (bm25/) included; 0 for a version folder removed meanwhile (a newer version
+    replaced it)."""
     try:
-        return sum(f.stat().st_size for f in folder.iterdir() if f.is_file())
+        return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
     except FileNotFoundError:
         return 0

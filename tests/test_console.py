@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -77,7 +79,7 @@ def test_whoami_says_who_a_key_lets_in(keyed, served):
     with keyed.client(keyed.keys["admin"]) as c:
         admin = c.get("/v1/whoami").json()
     assert admin["role"] == "admin" and admin["tenant"] is None and admin["admin"] is True
-    assert admin["tenants"] == ["acme"], "every tenant with a partition"
+    assert "acme" in admin["tenants"] and "other" not in admin["tenants"], "the tenants that have a partition"
 
 
 def test_the_overview_is_an_admin_view(keyed):
@@ -91,6 +93,12 @@ def test_the_overview_is_an_admin_view(keyed):
     assert body["status"] == "ready" and body["engines"] == {} and body["indexing"] == []
     assert body["caches"]["entries"]["exact"] == 0 and body["caches"]["entries"]["semantic"] is not None
     assert body["window_s"] == 600 and body["step_s"] == 5 and len(body["series"]) == 120
+    # the search's slot is let go just after its answer was sent: wait for that, then the overview counts none
+    deadline = time.time() + 5
+    with keyed.client(keyed.keys["admin"]) as c:
+        while body["in_flight"] and time.time() < deadline:
+            time.sleep(0.05)
+            body = c.get("/v1/admin/overview").json()
     assert body["in_flight"] == 0, "the overview request itself is not counted"
     recent = [p for p in body["series"] if p["requests"]]
     assert recent and any("bm25" in p["p50_ms"] and "total" in p["p99_ms"] for p in recent)
@@ -135,7 +143,55 @@ def test_many_concurrent_overview_polls_do_not_stall_another_tenant(keyed):
             searched = c.post("/v1/search", json={"query": "WAL writer"}, timeout=60)
         statuses = list(polls)
     assert searched.status_code == 200 and searched.json()["results"][0]["document_id"] == "wal"
-    assert set(statuses) <= {200, 503} and statuses.count(200) >= 100, statuses
+    assert set(statuses) == {200}, "32 at once is well within an admin's share of the slots"
+
+
+@pytest.mark.parametrize("method, path", [("POST", "/v1/whoami"), ("DELETE", "/v1/admin/overview"),
+                                          ("POST", "/"), ("PUT", "/console/main.js")])
+def test_other_methods_on_the_console_routes_are_refused(keyed, method, path):
+    reply = httpx.request(method, keyed.url + path, headers={"Authorization": f"Bearer {keyed.keys['admin']}"},
+                          content=b"{}")
+    assert reply.status_code in (405, 415), (method, path, reply.status_code)
+    assert reply.json()["error"]["code"], "a JSON error saying what is wrong"
+
+
+def test_an_oversized_request_line_or_header_leaves_the_server_answering(keyed):
+    admin = {"Authorization": f"Bearer {keyed.keys['admin']}"}
+    def status(path: str, headers: dict) -> int | None:
+        """Sent over a raw socket (httpx refuses URLs past 64 KB); None: the server closed without an answer."""
+        lines = [f"GET {path} HTTP/1.1", f"Host: 127.0.0.1:{keyed.port}", "Connection: close",
+                 *(f"{k}: {v}" for k, v in headers.items())]
+        with socket.create_connection(("127.0.0.1", keyed.port), timeout=30) as conn:
+            conn.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+            first = conn.recv(64)
+        return int(first.split()[1]) if first.startswith(b"HTTP/1.1 ") else None
+
+    assert status("/v1/admin/overview?x=" + "a" * 200_000, admin) in (400, 414, None), "a 200 KB request line"
+    # uvicorn's httptools parser takes headers of any size (a 200 KB one here; see the closing note of issue 13)
+    assert status("/v1/whoami", {**admin, "X-Padding": "b" * 200_000}) in (200, 400, 431, None)
+    assert httpx.get(keyed.url + "/v1/admin/overview", headers=admin).status_code == 200
+
+
+def test_an_admins_console_does_not_make_a_lone_tenant_look_shared(tmp_path, models_dir):
+    """The Overview polls every few seconds: those polls must not put a tenant that is alone on the box under the
+    token bucket (what any other tenant's request does)."""
+    keys_file, keys = write_keys(tmp_path, ["acme", "other"], admin=True)
+    settings = make_settings(tmp_path, models_dir, admission_keys_file=str(keys_file),
+                             admission_rate_per_s="0.2", admission_burst="2")
+    with LiveServer(settings, api_key=keys["acme"]) as live, live.client() as acme, \
+            live.client(keys["admin"]) as admin, live.client(keys["other"]) as other:
+        def burst(between) -> list[int]:
+            codes = []
+            for _ in range(6):
+                between()
+                codes.append(acme.get("/v1/partitions").status_code)
+            return codes
+
+        with_console = burst(lambda: admin.get("/v1/admin/overview").raise_for_status())
+        time.sleep(2.5)  # the tenants' activity window passes
+        with_another_tenant = burst(lambda: other.get("/v1/partitions"))
+    assert with_console == [200] * 6, with_console
+    assert 429 in with_another_tenant, "the check can fail: another tenant's requests do share the box"
 
 
 def test_the_overview_answers_while_the_box_warms_up(settings):
@@ -159,10 +215,11 @@ def test_the_overview_answers_while_the_box_warms_up(settings):
 
 def test_history_keeps_the_metrics_figures_in_steps():
     now = [1000.0]
-    history = History(BUCKETS, step_s=5, keep_s=20, clock=lambda: now[0])
+    history = History(BUCKETS, step_s=5, keep_s=20, clock=lambda: now[0], wall_offset=0)
     history.request("search", 200, None, False, {"total": 4.0, "bm25": 1.0}, answering=False)
     history.request("ask", 200, "semantic", False, {"total": 40.0}, answering=True)
     history.rejected("rate_limited")
+    history.request("overview", 200, None, False, {"total": 2.0}, answering=False)  # the console polling
     now[0] = 1012.0
     history.request("ask", 503, None, True, {"total": 300.0}, answering=True)
     history.ttft("small", 0.02)
@@ -172,6 +229,7 @@ def test_history_keeps_the_metrics_figures_in_steps():
     # 4 ms and 40 ms fall in the (2.5, 5] and (25, 50] ms buckets: the median is interpolated as Prometheus does
     assert 2.5 < points[1].p50_ms["total"] <= 40.0 and points[1].p99_ms["total"] <= 50.0
     assert points[3].errors == 1 and points[3].degraded == 1
+    assert points[3].rps == 0.5, "the step under way: its requests over the 2 s it has had"
     window = history.window()
     assert window.requests == 3 and window.cache == {"semantic": 1}, "a failed answer says nothing of the cache"
     assert window.rejected == {"rate_limited": 1} and 10.0 < window.ttft_ms["small"][0] <= 25.0

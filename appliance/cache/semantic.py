@@ -272,7 +272,8 @@ class SemanticCache:
                 self._disk.delete(f"e{entry_id}")
 
     def __len__(self) -> int:
-        return sum(len(t.meta) for t in self._tenants.values())
+        with self._lock:  # lookups on worker threads add spaces meanwhile
+            return sum(len(t.meta) for t in self._tenants.values())
 
     def close(self) -> None:
         self._disk.close()

@@ -33,6 +33,10 @@ CLIENT_GONE = 499  # status recorded for a request whose client left before any 
 # Work cancelled when its client leaves: answers only (read-only, and costly); an ingest or delete goes on, so
 # that what the store acknowledged is also indexed.
 CANCEL_ON_DISCONNECT = frozenset({"ask", "chat"})
+# An admin's console polls these every few seconds: they must not make a tenant alone on the box look shared
+# (which would put it under the token bucket and halve its slots), so they take a slot but never count as arriving.
+PASSIVE_FOR_ADMIN = frozenset({"overview", "whoami"})
+ADMIN_HOLDER = "role:admin"  # ':' is in no tenant name, so no tenant shares the admins' slots
 
 
 class TokenBuckets:
@@ -178,12 +182,14 @@ class Admission:
                 return Refusal("unauthorized", 401, message, {"WWW-Authenticate": "Bearer"}), ""
             record.tenant = caller.tenant
             scope["state"]["admin"] = caller.admin
+        admin = scope["state"].get("admin", False)
         # an admin's requests share one holder name: admins are operators, not tenants to be kept apart
-        holder = "admin" if scope["state"].get("admin") else "client:" + (scope.get("client") or ("?",))[0]
+        holder = ADMIN_HOLDER if admin else "client:" + (scope.get("client") or ("?",))[0]
         name = record.tenant if record.tenant is not None else holder
+        passive = admin and record.endpoint in PASSIVE_FOR_ADMIN
         # The bucket protects tenants from each other, so it applies only while another tenant competes: alone, a
         # tenant may use all the room the box has (bounded by its slots and, for answers, the engines' queues).
-        if gate.slots.arrive(name) and (wait := gate.buckets.take(name)) > 0:
+        if not passive and gate.slots.arrive(name) and (wait := gate.buckets.take(name)) > 0:
             return Refusal("rate_limited", 429, f"rate limit of {gate.buckets.rate:g} requests/s exceeded while "
                            "other tenants use the server", {"Retry-After": str(max(1, math.ceil(wait)))}), name
         why = gate.slots.acquire(name)

@@ -4,7 +4,10 @@ Prometheus keeps history only where somebody scrapes it, and an air-gapped box o
 request record, refusal and engine sample that `Metrics` counts also lands here, in fixed steps (5 s by default)
 of a ring that holds the last `keep_s` seconds. A step keeps per-stage latencies as counts over the same buckets
 as the Prometheus histograms, so its p50/p99 are what `histogram_quantile` would say of the same data; a step is
-a few kilobytes, whatever the request rate.
+a few kilobytes, whatever the request rate. The console's own overview polls are not traffic and are left out.
+
+Steps are counted on the monotonic clock (a wall-clock step back or forth cannot misplace them) and shown with
+the wall time of their start.
 """
 from __future__ import annotations
 
@@ -18,11 +21,12 @@ from dataclasses import dataclass, field
 
 STEP_S = 5.0
 KEEP_S = 600.0
+UNCOUNTED = frozenset({"overview"})  # the console polling the figures is not part of them
 
 
 @dataclass(slots=True)
 class _Step:
-    start: float  # Unix seconds, a multiple of the step
+    index: int  # monotonic seconds // step
     requests: Counter = field(default_factory=Counter)  # endpoint -> answered requests (any status)
     errors: int = 0  # status >= 500
     degraded: int = 0
@@ -58,14 +62,18 @@ class Window:
 
 class History:
     def __init__(self, buckets: Iterable[float], step_s: float = STEP_S, keep_s: float = KEEP_S,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.monotonic, wall_offset: float | None = None):
         self.bounds = tuple(buckets)  # upper bounds in seconds, as the Prometheus histograms' buckets
         self.step_s, self.clock = step_s, clock
-        self._steps: deque[_Step] = deque(maxlen=max(1, math.ceil(keep_s / step_s)))
+        self.wall_offset = time.time() - clock() if wall_offset is None else wall_offset  # clock -> Unix time
+        self.size = max(1, math.ceil(keep_s / step_s))  # steps in the window
+        self._steps: deque[_Step] = deque(maxlen=self.size)
         self._lock = threading.Lock()  # requests finish on the event loop; engine samples may come from threads
 
     def request(self, endpoint: str, status: int, cache: str | None, degraded: bool,
                 timings_ms: dict[str, float], answering: bool) -> None:
+        if endpoint in UNCOUNTED:
+            return
         with self._lock:
             step = self._step()
             step.requests[endpoint] += 1
@@ -85,31 +93,33 @@ class History:
             self._count(self._step().ttft, engine, seconds)
 
     def series(self) -> list[Point]:
-        """Every step of the window, oldest first, with empty steps where nothing happened."""
+        """Every step of the window, oldest first, with empty steps where nothing happened; the last one is the
+        step under way, its rate over the seconds it has had so far."""
         with self._lock:
-            steps = {s.start: s for s in self._steps}
-            now = self._start(self.clock())
-            starts = [now - i * self.step_s for i in range(self._steps.maxlen or 1)][::-1]
-            return [self._point(steps.get(t) or _Step(t)) for t in starts]
+            now = self.clock()
+            current = self._index(now)
+            steps = {s.index: s for s in self._steps}
+            indices = range(current - self.size + 1, current + 1)
+            elapsed = max(1.0, now - current * self.step_s)
+            return [self._point(steps.get(i) or _Step(i), elapsed if i == current else self.step_s) for i in indices]
 
     def window(self) -> Window:
-        with self._lock:  # a quiet box adds no steps: the ring may still hold ones older than the window
-            oldest = self._start(self.clock()) - ((self._steps.maxlen or 1) - 1) * self.step_s
-            steps = [s for s in self._steps if s.start >= oldest]
         requests, degraded = 0, 0
         rejected: Counter = Counter()
         cache: Counter = Counter()
         ttft: dict[str, list[int]] = {}
-        for s in steps:
-            requests += sum(s.requests.values())
-            degraded += s.degraded
-            rejected.update(s.rejected)
-            cache.update(s.cache)
-            for engine, counts in s.ttft.items():
-                total = ttft.setdefault(engine, [0] * len(counts))
-                for i, n in enumerate(counts):
-                    total[i] += n
-        return Window(self.step_s * (self._steps.maxlen or 1), requests, degraded, dict(rejected), dict(cache),
+        with self._lock:  # a quiet box adds no steps: the ring may still hold ones older than the window
+            oldest = self._index(self.clock()) - self.size + 1
+            for s in (s for s in self._steps if s.index >= oldest):
+                requests += sum(s.requests.values())
+                degraded += s.degraded
+                rejected.update(s.rejected)
+                cache.update(s.cache)
+                for engine, counts in s.ttft.items():
+                    total = ttft.setdefault(engine, [0] * len(counts))
+                    for i, n in enumerate(counts):
+                        total[i] += n
+        return Window(self.step_s * self.size, requests, degraded, dict(rejected), dict(cache),
                       {e: (self.quantile(c, 0.5), self.quantile(c, 0.99)) for e, c in ttft.items()})
 
     def quantile(self, counts: list[int], q: float) -> float:
@@ -127,9 +137,10 @@ class History:
             seen += n
         return self.bounds[-1] * 1000.0
 
-    def _point(self, s: _Step) -> Point:
+    def _point(self, s: _Step, seconds: float) -> Point:
         n = sum(s.requests.values())
-        return Point(s.start, n, round(n / self.step_s, 3), s.errors, s.degraded, sum(s.rejected.values()),
+        start = round(s.index * self.step_s + self.wall_offset, 3)
+        return Point(start, n, round(n / seconds, 3), s.errors, s.degraded, sum(s.rejected.values()),
                      {k: self.quantile(c, 0.5) for k, c in s.stages.items()},
                      {k: self.quantile(c, 0.99) for k, c in s.stages.items()})
 
@@ -139,11 +150,11 @@ class History:
             counts = table[key] = [0] * (len(self.bounds) + 1)
         counts[bisect.bisect_left(self.bounds, seconds)] += 1  # a bound is inclusive, as Prometheus' `le`
 
-    def _start(self, t: float) -> float:
-        return math.floor(t / self.step_s) * self.step_s
+    def _index(self, t: float) -> int:
+        return math.floor(t / self.step_s)
 
     def _step(self) -> _Step:
-        start = self._start(self.clock())
-        if not self._steps or self._steps[-1].start < start:
-            self._steps.append(_Step(start))
+        index = self._index(self.clock())
+        if not self._steps or self._steps[-1].index < index:
+            self._steps.append(_Step(index))
         return self._steps[-1]

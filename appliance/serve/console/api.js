@@ -39,7 +39,12 @@ export async function api(path, { method = "GET", json, body, headers = {}, sign
     if (err.name === "AbortError") throw err;
     throw new ApiError(0, "unreachable", "The appliance cannot be reached: is it running, and is this its address?");
   }
-  if (!reply.ok) throw await errorOf(reply);
+  if (!reply.ok) {
+    const err = await errorOf(reply);
+    // a key revoked (or never given) while the page is open: the page asks for one again
+    if (reply.status === 401) window.dispatchEvent(new CustomEvent("appliance:unauthorized", { detail: err }));
+    throw err;
+  }
   return reply;
 }
 

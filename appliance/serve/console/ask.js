@@ -1,9 +1,10 @@
 // Ask: a conversation over POST /v1/chat/completions, streamed; numbered citations open their passage (file,
 // page, section, and the original file); the route, the cache layer and the stage timings of each answer.
-import { api, describe, downloadFile, el, errorBox, getJson, ms, session } from "./api.js";
+import { api, ApiError, describe, downloadFile, el, errorBox, getJson, inWords, ms, session } from "./api.js";
 
 export function askView(root) {
   const messages = [];  // the conversation sent with each question (multi-turn)
+  let busy = null;  // the AbortController of the answer under way: one question at a time
   const thread = el("div", { class: "thread", "aria-live": "polite" });
   const passage = el("aside", { class: "passage", hidden: true, "aria-label": "Cited passage", tabindex: "-1" });
   const model = el("select", { id: "ask-model" }, el("option", { value: "auto" }, "auto (the router picks)"));
@@ -29,28 +30,33 @@ export function askView(root) {
   async function loadModels() {
     try {
       const { data } = await getJson("/v1/models");
+      const chosen = model.value;
       model.replaceChildren(...data.map((m) => el("option", { value: m.id },
         m.id === "auto" ? "auto (the router picks)" : `${m.id}${m.root ? ` (${m.root.split("/").pop()})` : ""}` +
           `${m.state !== "up" ? `, ${m.state}` : ""}`)));
+      if (data.some((m) => m.id === chosen)) model.value = chosen;
     } catch { /* keep auto: the answer's error will say what is wrong */ }
   }
 
   async function ask() {
     const question = input.value.trim();
-    if (!question) return;
+    if (!question || busy) return;  // Enter while an answer streams waits for it
     input.value = "";
     send.disabled = true;
+    busy = new AbortController();
     messages.push({ role: "user", content: question });
     thread.append(el("div", { class: "msg user" }, question));
     const answer = new AnswerView(showPassage);
     thread.append(answer.node);
     try {
-      const text = await stream({ model: model.value, messages, stream: true, tenant: session.tenant }, answer);
+      const text = await stream({ model: model.value, messages, stream: true, tenant: session.tenant }, answer,
+                                 busy.signal);
       messages.push({ role: "assistant", content: text });
     } catch (err) {
       messages.pop();  // the question stays on screen but is not history: it had no answer
-      answer.fail(err);
+      if (err.name !== "AbortError") answer.fail(err);
     } finally {
+      busy = null;
       send.disabled = false;
       input.focus();
     }
@@ -80,14 +86,18 @@ export function askView(root) {
     }
   }
 
-  return { show() { loadModels(); input.focus(); }, hide() {} };
+  return {
+    show() { loadModels(); input.focus(); },
+    hide() {},  // an answer under way goes on while another view is shown
+    close() { busy?.abort(); },  // another tenant: its answer is no longer wanted
+  };
 }
 
 // Reads the OpenAI stream: the first chunk carries the sources, the last the route, cache and timings.
-async function stream(body, view) {
-  const reply = await api("/v1/chat/completions", { method: "POST", json: body });
+async function stream(body, view, signal) {
+  const reply = await api("/v1/chat/completions", { method: "POST", json: body, signal });
   const reader = reply.body.pipeThrough(new TextDecoderStream()).getReader();
-  let buffer = "", text = "";
+  let buffer = "", text = "", finished = false;
   for (;;) {
     const { value, done } = await reader.read();
     if (done) break;
@@ -99,13 +109,16 @@ async function stream(body, view) {
       const data = event.split("\n").filter((l) => l.startsWith("data: ")).map((l) => l.slice(6)).join("\n");
       if (!data || data === "[DONE]") continue;
       const chunk = JSON.parse(data);
-      if (chunk.error) throw new Error(`the engine stopped mid-answer: ${chunk.error.message}`);
+      if (chunk.error) {
+        throw new ApiError(503, "engine_failed", inWords(503, "engine_failed", chunk.error.message, null));
+      }
       if (chunk.sources) view.sources(chunk.sources, chunk.standalone_question);
       const delta = chunk.choices?.[0]?.delta?.content;
       if (delta) { text += delta; view.text(text); }
-      if (chunk.choices?.[0]?.finish_reason) view.done(chunk, text);
+      if (chunk.choices?.[0]?.finish_reason) { finished = true; view.done(chunk, text); }
     }
   }
+  if (!finished) throw new ApiError(0, "cut_off", "The answer was cut off: the connection ended before it was complete.");
   return text;
 }
 
@@ -144,7 +157,7 @@ class AnswerView {
   }
 
   done(last, text) {
-    if (!text) this.text(last.degraded ? "" : "(empty answer)");
+    if (!text) this.text(last.degraded ? "No generated answer, and no passage matched." : "(empty answer)");
     const route = last.route || {};
     const timings = Object.entries(last.timings_ms || {}).map(([k, v]) => `${k} ${ms(v)}`).join(" · ");
     this.meta.append(

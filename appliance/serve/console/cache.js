@@ -23,6 +23,7 @@ export function cacheView(root) {
   }
 
   async function remove(button, id) {
+    if (!confirm(`Delete cache entry ${id}? A similar question is then answered afresh.`)) return;
     button.disabled = true;
     try {
       await api(`/v1/cache/entries/${id}` + query({ tenant: session.tenant }), { method: "DELETE" });

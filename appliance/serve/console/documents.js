@@ -39,6 +39,7 @@ export function documentsView(root) {
     try {
       const page = await getJson("/v1/documents" + query({ tenant: session.tenant, partition: name, after,
                                                             limit: 100 }));
+      if (open !== name) return;  // another partition was chosen meanwhile
       const rows = page.documents.map((d) => [
         d.id, d.title || "", d.file ? `${d.file.name} (${d.file.format}, ${bytes(d.file.size)}` +
           `${d.file.pages ? `, ${d.file.pages} pages` : ""})` : "text",

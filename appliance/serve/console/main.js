@@ -21,6 +21,9 @@ function init() {
     start();
   });
   $("forget-key").onclick = () => { setKey(""); location.reload(); };
+  window.addEventListener("appliance:unauthorized", (e) => {
+    if (session.who) { session.who = null; askForKey(e.detail.message); }
+  });
   start();
 }
 
@@ -39,6 +42,8 @@ async function start() {
 }
 
 function askForKey(message) {
+  dropViews();  // e.g. the Overview's polling stops; another key may see another tenant
+  current = null;
   for (const id of Object.keys(FACTORIES)) $(`view-${id}`).hidden = true;
   $("tabs").hidden = true;
   $("key-view").hidden = false;
@@ -76,11 +81,17 @@ function setUpTenants(who) {
     }
     session.tenant = name;
     sessionStorage.setItem("appliance.tenant", name);
-    for (const key of Object.keys(views)) { views[key].hide(); delete views[key]; }
-    show(current);
+    const shown = current;
+    dropViews();
+    current = null;
+    show(shown);
   };
   $("role").textContent = who.role === "open" ? "no API keys on this box" : who.role === "admin" ? "admin" :
     `tenant key`;
+}
+
+function dropViews() {
+  for (const key of Object.keys(views)) { views[key].hide(); views[key].close?.(); delete views[key]; }
 }
 
 function setUpTabs(who) {

@@ -9,12 +9,14 @@ const STAGES_SHOWN = ["total", "rewrite", "exact_cache", "encode", "semantic_cac
   "late_interaction", "queue_wait", "ttft", "generation"];
 
 export function overviewView(root) {
-  let timer = null, last = null;
+  let timer = null, last = null, polling = false;
   const log = [];  // engine state changes seen between polls, newest first
   const body = el("div", { class: "overview" }, el("p", { class: "muted" }, "Loading…"));
   root.replaceChildren(el("h2", {}, "Overview"), body);
 
   async function poll() {
+    if (polling) return;  // a slow answer: the next tick waits for it instead of piling up
+    polling = true;
     try {
       const data = await getJson("/v1/admin/overview");
       noteChanges(last, data, log);
@@ -23,6 +25,8 @@ export function overviewView(root) {
     } catch (err) {
       body.replaceChildren(el("p", { class: "error", role: "alert" }, describe(err)),
                            ...(last ? render(last, log, true) : []));
+    } finally {
+      polling = false;
     }
   }
 

@@ -16,13 +16,18 @@ _FAILED_LOAD = re.compile(r"Failed to load resource: the server responded with a
 SCREENSHOTS = os.environ.get("APPLIANCE_SCREENSHOTS")  # a folder (docs/screenshots for the README's pictures)
 
 
-def chromium_path() -> str:
-    path = shutil.which("chromium") or shutil.which("chromium-browser")
+def system_browser(names: tuple[str, ...], package: str) -> str:
+    """The first of `names` on PATH; missing, the test skips (and fails under CI, which `just browser` set up)."""
+    path = next((p for p in map(shutil.which, names) if p), None)
     if path is None:
         if os.environ.get("CI"):
-            pytest.fail("chromium is not installed; .ci/run installs it with apt-get install chromium")
-        pytest.skip("Debian's chromium is not installed (apt-get install chromium)")
+            pytest.fail(f"{package} is not installed; `just browser` installs it with apt-get")
+        pytest.skip(f"Debian's {package} is not installed (apt-get install {package})")
     return path
+
+
+def chromium_path() -> str:
+    return system_browser(("chromium", "chromium-browser"), "chromium")
 
 
 @contextmanager

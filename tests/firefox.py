@@ -3,25 +3,19 @@ remote-debugging port), so no geckodriver and no browser download are needed. Ju
 open a page, run script in it, and hear its console and its requests."""
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import shutil
 import subprocess
 import tempfile
 import time
 
-import pytest
-
+from browser import system_browser
 from support import free_port
 
 
 def firefox_path() -> str:
-    path = shutil.which("firefox-esr") or shutil.which("firefox")
-    if path is None:
-        if os.environ.get("CI"):
-            pytest.fail("firefox-esr is not installed; `just browser` installs it with apt-get")
-        pytest.skip("Debian's firefox-esr is not installed (apt-get install firefox-esr)")
-    return path
+    return system_browser(("firefox-esr", "firefox"), "firefox-esr")
 
 
 class Firefox:
@@ -35,10 +29,12 @@ class Firefox:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.events: list[dict] = []
         self._next_id = 0
+        self._exit = contextlib.ExitStack()  # websockets wants its connection opened as a context
         deadline = time.time() + timeout_s
         while True:
             try:
-                self.ws = connect(f"ws://127.0.0.1:{port}/session", open_timeout=5, max_size=2**24)
+                self.ws = self._exit.enter_context(connect(f"ws://127.0.0.1:{port}/session", open_timeout=5,
+                                                           max_size=2**24))
                 break
             except OSError:
                 if time.time() > deadline or self.proc.poll() is not None:
@@ -91,8 +87,7 @@ class Firefox:
 
     def close(self) -> None:
         try:
-            if getattr(self, "ws", None) is not None:
-                self.ws.close()
+            self._exit.close()
         finally:
             self.proc.terminate()
             try:

@@ -22,6 +22,7 @@ export function askView(root) {
     el("div", {}, thread, form), passage));
 
   function reset() {
+    busy?.abort();  // a new conversation: the answer under way belongs to the old one
     messages.length = 0;
     thread.replaceChildren();
     passage.hidden = true;

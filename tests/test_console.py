@@ -102,8 +102,7 @@ def test_the_overview_is_an_admin_view(keyed):
     assert body["in_flight"] == 0, "the overview request itself is not counted"
     recent = [p for p in body["series"] if p["requests"]]
     assert recent and any("bm25" in p["p50_ms"] and "total" in p["p99_ms"] for p in recent)
-    assert body["totals"]["rejected"].get("unauthorized", 0) >= 1 and body["totals"]["rejected"].get(
-        "foreign_origin", 0) == 0
+    assert body["totals"]["rejected"].get("unauthorized", 0) >= 1, "the 401 above is counted"
 
 
 def test_an_admin_key_names_any_tenant_and_must_name_one(keyed):
@@ -116,7 +115,10 @@ def test_an_admin_key_names_any_tenant_and_must_name_one(keyed):
     assert stored.status_code == 200, stored.text
     assert nameless.status_code == 422 and nameless.json()["error"]["field"] == "tenant"
     assert nameless_list.status_code == 422
-    assert listed[0]["name"] == "p" and listed[0]["documents"] == 1 and listed[0]["index_bytes"] > 0
+    folder = keyed.app.state.services.library.snapshot("newcomer", "p").folder
+    on_disk = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    assert listed[0]["name"] == "p" and listed[0]["documents"] == 1 and listed[0]["index_bytes"] == on_disk
+    assert on_disk > sum(f.stat().st_size for f in folder.iterdir() if f.is_file()), "bm25/ is counted too"
     with keyed.client() as c:  # the tenant key still sees only its own
         assert c.get("/v1/partitions", params={"tenant": "newcomer"}).status_code == 403
 
@@ -130,8 +132,8 @@ def test_the_overview_from_a_foreign_page_or_host_is_refused(keyed):
 
 
 def test_many_concurrent_overview_polls_do_not_stall_another_tenant(keyed):
-    """A console left open in many tabs: every poll answers (or is refused as overloaded), and a search of
-    another tenant still answers meanwhile."""
+    """A console left open in many tabs: every poll answers, and a search of another tenant still answers
+    meanwhile."""
     admin = {"Authorization": f"Bearer {keyed.keys['admin']}"}
 
     def poll(_):

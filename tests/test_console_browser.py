@@ -315,9 +315,11 @@ def test_a_cache_entry_deleted_in_the_page_is_no_longer_served(llm_served, brows
         w.open("cache")
         w.page.wait_for_selector(f"[data-entry='{entry['id']}']")
         w.shot("cache", tmp_path)
-        w.page.on("dialog", lambda d: d.accept())
+        dialogs = []
+        w.page.on("dialog", lambda d: (dialogs.append(d.message), d.accept()))
         w.page.click(f"[data-entry='{entry['id']}']")
         w.page.wait_for_selector(f"[data-entry='{entry['id']}']", state="detached")
+        assert dialogs and f"Delete cache entry {entry['id']}" in dialogs[0], "asked before deleting"
     with live.client() as c:
         assert all(e["id"] != entry["id"] for e in c.get("/v1/cache/entries").json()["entries"])
         again = c.post("/v1/ask", json={"question": "Where does the Seine flow?", "partitions": ["rivers"],

@@ -33,8 +33,9 @@ CLIENT_GONE = 499  # status recorded for a request whose client left before any 
 # Work cancelled when its client leaves: answers only (read-only, and costly); an ingest or delete goes on, so
 # that what the store acknowledged is also indexed.
 CANCEL_ON_DISCONNECT = frozenset({"ask", "chat"})
-# An admin's console polls these every few seconds: they must not make a tenant alone on the box look shared
-# (which would put it under the token bucket and halve its slots), so they take a slot but never count as arriving.
+# An admin's console polls the overview every few seconds (and asks whoami at each start): these must not make a
+# tenant alone on the box look shared (which would put it under the token bucket and halve its slots), so they
+# take a slot but never count as arriving. On a box without keys the console's requests count as any client's.
 PASSIVE_FOR_ADMIN = frozenset({"overview", "whoami"})
 ADMIN_HOLDER = "role:admin"  # ':' is in no tenant name, so no tenant shares the admins' slots
 

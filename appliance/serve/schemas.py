@@ -171,7 +171,7 @@ def _console_operations() -> list[Operation]:
         Operation("get", "/", "The console (a page: the box, documents, ask, cache)", "The page", **page,
                   ok_media=("text/html",)),
         Operation("get", "/console/{name}", "One of the console's files", "The file", **page, errors=(404,),
-                  ok_media=("text/javascript", "text/css"), params=(Param("name", "path", Spec(
+                  ok_media=("text/javascript", "text/css", "image/svg+xml"), params=(Param("name", "path", Spec(
                       "string", "File name.", required=True, max=100)),)),
         Operation("get", "/v1/whoami", "Who the API key lets in: its tenant, or every tenant", "The caller"),
         Operation("get", "/v1/admin/overview", "The box at a glance (an admin key's)", "The overview"),

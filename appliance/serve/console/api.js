@@ -42,10 +42,15 @@ export async function api(path, { method = "GET", json, body, headers = {}, sign
   if (!reply.ok) {
     const err = await errorOf(reply);
     // a key revoked (or never given) while the page is open: the page asks for one again
-    if (reply.status === 401) window.dispatchEvent(new CustomEvent("appliance:unauthorized", { detail: err }));
+    if (reply.status === 401) unauthorized(err, h.Authorization);
     throw err;
   }
   return reply;
+}
+
+export function unauthorized(error, authorization) {
+  const key = (authorization || "").replace(/^Bearer /, "");
+  window.dispatchEvent(new CustomEvent("appliance:unauthorized", { detail: { error, key } }));
 }
 
 export async function getJson(path, options) {

@@ -23,6 +23,8 @@ export function askView(root) {
 
   function reset() {
     busy?.abort();  // a new conversation: the answer under way belongs to the old one
+    busy = null;
+    send.disabled = false;
     messages.length = 0;
     thread.replaceChildren();
     passage.hidden = true;
@@ -44,22 +46,25 @@ export function askView(root) {
     if (!question || busy) return;  // Enter while an answer streams waits for it
     input.value = "";
     send.disabled = true;
-    busy = new AbortController();
+    const mine = busy = new AbortController();
     messages.push({ role: "user", content: question });
     thread.append(el("div", { class: "msg user" }, question));
     const answer = new AnswerView(showPassage);
     thread.append(answer.node);
     try {
       const text = await stream({ model: model.value, messages, stream: true, tenant: session.tenant }, answer,
-                                 busy.signal);
+                                 mine.signal);
       messages.push({ role: "assistant", content: text });
     } catch (err) {
+      if (err.name === "AbortError") return;  // stopped on purpose: its conversation is gone already
       messages.pop();  // the question stays on screen but is not history: it had no answer
-      if (err.name !== "AbortError") answer.fail(err);
+      answer.fail(err);
     } finally {
-      busy = null;
-      send.disabled = false;
-      input.focus();
+      if (busy === mine) {
+        busy = null;
+        send.disabled = false;
+        input.focus();
+      }
     }
   }
 

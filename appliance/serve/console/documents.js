@@ -1,7 +1,7 @@
 // Documents: the tenant's partitions, a partition's documents (delete one, open its original file), and an
 // upload of files with a progress bar and one result per file (POST /v1/files).
-import { api, authHeaders, bytes, downloadFile, el, errorBox, getJson, inWords, query,
-  session, table } from "./api.js";
+import { api, ApiError, authHeaders, bytes, downloadFile, el, errorBox, getJson, inWords, query,
+  session, table, unauthorized } from "./api.js";
 
 export function documentsView(root) {
   const partitions = el("div", {});
@@ -9,6 +9,7 @@ export function documentsView(root) {
   const upload = uploadForm(() => refresh());
   root.replaceChildren(el("h2", {}, "Documents"), upload.node, el("h3", {}, "Partitions"), partitions, docs);
   let open = null;  // the partition whose documents are listed
+  let listing = 0;  // the latest listing asked for: an older one that answers late is dropped
 
   async function refresh() {
     try {
@@ -36,10 +37,11 @@ export function documentsView(root) {
 
   async function listDocuments(name, after = "") {
     open = name;
+    const mine = ++listing;
     try {
       const page = await getJson("/v1/documents" + query({ tenant: session.tenant, partition: name, after,
                                                             limit: 100 }));
-      if (open !== name) return;  // another partition was chosen meanwhile
+      if (mine !== listing) return;  // another listing was asked for meanwhile
       const rows = page.documents.map((d) => [
         d.id, d.title || "", d.file ? `${d.file.name} (${d.file.format}, ${bytes(d.file.size)}` +
           `${d.file.pages ? `, ${d.file.pages} pages` : ""})` : "text",
@@ -53,7 +55,7 @@ export function documentsView(root) {
         page.next ? el("button", { type: "button", onclick: () => listDocuments(name, page.next) }, "Next page")
           : null);
     } catch (err) {
-      docs.replaceChildren(errorBox(err));
+      if (mine === listing) docs.replaceChildren(errorBox(err));
     }
   }
 
@@ -102,7 +104,9 @@ function uploadForm(done) {
     for (const f of files.files) data.append("file", f, f.name);
     const xhr = new XMLHttpRequest();  // fetch() cannot report upload progress
     xhr.open("POST", "/v1/files");
-    for (const [k, v] of Object.entries(authHeaders())) xhr.setRequestHeader(k, v);
+    const headers = authHeaders();
+    for (const [k, v] of Object.entries(headers)) xhr.setRequestHeader(k, v);
+    xhr.sentWith = headers.Authorization;
     progress.hidden = false;
     progress.value = 0;
     submit.disabled = true;
@@ -132,6 +136,7 @@ function uploadForm(done) {
         inWords(xhr.status, body?.error?.code || "", body?.error?.message || "", xhr.getResponseHeader("Retry-After"));
     results.replaceChildren(el("p", { class: xhr.status < 300 ? "ok" : "error", role: "status" }, head),
                             el("ul", {}, lines));
+    if (xhr.status === 401) unauthorized(new ApiError(401, "unauthorized", head), xhr.sentWith);
     if (xhr.status < 300) { files.value = ""; done(); }
   }
 

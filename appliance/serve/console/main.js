@@ -22,7 +22,8 @@ function init() {
   });
   $("forget-key").onclick = () => { setKey(""); location.reload(); };
   window.addEventListener("appliance:unauthorized", (e) => {
-    if (session.who) { session.who = null; askForKey(e.detail.message); }
+    // a late answer to a request sent with an older key says nothing about the key in use now
+    if (session.who && e.detail.key === session.key) { session.who = null; askForKey(e.detail.error.message); }
   });
   start();
 }
@@ -44,6 +45,8 @@ async function start() {
 function askForKey(message) {
   dropViews();  // e.g. the Overview's polling stops; another key may see another tenant
   current = null;
+  $("tenant").disabled = true;
+  $("role").textContent = "";
   for (const id of Object.keys(FACTORIES)) $(`view-${id}`).hidden = true;
   $("tabs").hidden = true;
   $("key-view").hidden = false;
@@ -84,7 +87,7 @@ function setUpTenants(who) {
     const shown = current;
     dropViews();
     current = null;
-    show(shown);
+    if (shown) show(shown);
   };
   $("role").textContent = who.role === "open" ? "no API keys on this box" : who.role === "admin" ? "admin" :
     `tenant key`;

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from statistics import median
 
 import psutil
 
@@ -50,5 +51,8 @@ def test_open_files_stay_flat_under_steady_single_document_ingest(settings):
     # Bounded: the level after 50 ingests plus one more version's mapped files (~30, while a build swaps) and a
     # store connection per worker thread as the pools grow (3 fds each); before the fix +4 fds per ingest.
     assert max(fds) <= fds[0] + 64, fds
+    # And not creeping up with the count: compare the typical level of the last third with the first's. A single
+    # sample taken while a build swaps versions (~+20, seen once in CI) is a spike, bounded above, not a creep;
+    # the leak this guards against added ~4 fds per ingest, +2,000 over a third of the run.
     third = len(fds) // 3
-    assert max(fds[-third:]) <= max(fds[:third]) + 16, fds  # and not creeping up with the count
+    assert median(fds[-third:]) <= median(fds[:third]) + 16, fds

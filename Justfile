@@ -86,6 +86,14 @@ bench-soak: setup
 
 # Console: the page's first load, time until usable and the server cost of open pages, against a Gradio page
 # (PrivateGPT's kind) in its own venv, in the same chromium; writes bench/results/console.md.
+bench-tokens: setup
+    {{py}} -m pip install --quiet -e ".[{{extras}},bench]"
+    {{py}} bench/token_vectors.py
+
+bench-builds: setup
+    {{py}} -m pip install --quiet -e ".[{{extras}},bench]"
+    {{py}} bench/index_builds.py
+
 bench-console: setup browser
     [ -x .venv-gradio/bin/python ] || python3 -m venv .venv-gradio
     .venv-gradio/bin/python -m pip install --quiet "gradio==6.31.0"

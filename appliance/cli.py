@@ -105,6 +105,8 @@ def _add_document_commands(commands) -> None:
                          "older parser read")
     reindex.add_argument("--language", choices=["auto", "en", "zh", "multi"], help="give the partitions this "
                          "language (and its encoder); auto decides it again from their stored text")
+    reindex.add_argument("--tokens", action="store_true", help="only re-code int8 token vectors into the "
+                         "configured codec (index.token_codec), from the index itself: no text encoded again")
     reindex.set_defaults(run=_reindex)
 
 
@@ -282,9 +284,17 @@ def _print_answer_event(event: str, data: dict) -> None:
 def _reindex(settings: Settings, args) -> None:
     if args.language and not args.partition:
         sys.exit("--language changes one partition's encoder: name it with --partition (and --tenant)")
+    if args.tokens and (args.language or args.reparse):
+        sys.exit("--tokens re-codes the stored token vectors only: it takes neither --language nor --reparse")
 
     async def run() -> None:
         async with _opened(settings) as services:
+            if args.tokens:
+                done = await services.library.reindex(args.tenant, args.partition, tokens_only=True)
+                print("\n".join(f"{r.tenant}/{r.partition}: token vectors re-coded at version {r.indexed_version}"
+                                for r in done) or "nothing to re-code: no partition past "
+                      "index.codebook_min_tokens keeps int8 token vectors")
+                return
             for parsed in await services.files.reparse(args.tenant, args.partition, force=args.reparse):
                 failed = [f for f in parsed.files if f.error is not None]
                 print(f"{parsed.tenant}/{parsed.partition}: {len(parsed.files)} files parsed again"

@@ -122,6 +122,11 @@ async def evaluate_retrieval(settings: Settings, folder: Path, split: str = "tes
                             else _ingest_corpus(services, data, progress))
             await services.library.ingest(EVAL_TENANT, EVAL_PARTITION, [], wait=True)
             report = await score_queries(services.retriever, data, mode, late_interaction)
+            snapshot = services.library.snapshot(EVAL_TENANT, EVAL_PARTITION)
+            index_bytes, token_bytes = snapshot.disk_bytes() if snapshot is not None else (0, 0)
+            report.update(chunks=snapshot.size if snapshot is not None else 0, index_bytes=index_bytes,
+                          token_vector_bytes=token_bytes,
+                          token_codec=snapshot.token_codec if snapshot is not None else "")
             if files:
                 report.update(files=len(files), files_failed=failed)
             return report

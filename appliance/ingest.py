@@ -19,7 +19,7 @@ import numpy as np
 
 from .config import ChunkSettings, IndexSettings
 from .encode import EncoderSet, MicroBatcher
-from .index import NewChunks, PartitionSnapshot, build_version, collect_garbage, current_version
+from .index import NewChunks, PartitionSnapshot, build_version, collect_garbage, current_version, needs_recoding
 from .store import ChunkRow, NewDocument, Partition, Store
 from .text import BM25Tokenizer, chunk_text, content_hash
 
@@ -89,17 +89,25 @@ class PartitionIndexer:
         vectors cannot be searched with this one's, whatever the versions say."""
         return self.snapshot is not None and self.snapshot.encoder != self.batcher.encoder.name
 
-    async def catch_up(self, version: int | None = None, rebuild: bool = False) -> int:
-        """Make the index reflect the store at `version` or later; returns the version now indexed."""
-        if version is not None and self.indexed_version >= version and not (rebuild or self.other_encoder):
+    @property
+    def needs_recoding(self) -> bool:
+        """The current version's token vectors are int8 where the settings now store them compressed."""
+        return self.snapshot is not None and needs_recoding(self.snapshot, self.params)
+
+    async def catch_up(self, version: int | None = None, rebuild: bool = False, recode: bool = False) -> int:
+        """Make the index reflect the store at `version` or later; returns the version now indexed. `recode`: also
+        re-code int8 token vectors into the configured codec (a build from the current version: no text is
+        encoded again)."""
+        if version is not None and self.indexed_version >= version and not (rebuild or recode or self.other_encoder):
             return self.indexed_version
         async with self._lock:
-            if version is not None and self.indexed_version >= version and not (rebuild or self.other_encoder):
+            if version is not None and self.indexed_version >= version and not (rebuild or recode
+                                                                                or self.other_encoder):
                 return self.indexed_version  # another caller's build already covered this one
-            await self._build(rebuild)
+            await self._build(rebuild, recode)
             return self.indexed_version
 
-    async def _build(self, rebuild: bool) -> None:
+    async def _build(self, rebuild: bool, recode: bool = False) -> None:
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         # one encoder and language for the whole build: a re-index may change the partition's meanwhile
@@ -112,7 +120,8 @@ class PartitionIndexer:
         store_version, chunk_ids, rows = await loop.run_in_executor(
             None, self.store.partition_state, self.partition.id, have.tolist())
         removed = np.setdiff1d(have, np.asarray(chunk_ids, dtype=np.int64), assume_unique=True)
-        if previous is not None and not len(removed) and not rows and previous.store_version == store_version:
+        unchanged = previous is not None and not len(removed) and not rows and previous.store_version == store_version
+        if unchanged and not (recode and needs_recoding(previous, self.params)):
             return
         added = await self._encode(batcher, rows) if rows else NewChunks.empty(encoder.dim,
                                                                                 encoder.has_token_vectors)

@@ -100,6 +100,10 @@ class Library:
                 log.info("partition %s/%s: index at v%d, store at v%d: catching up", partition.tenant,
                          partition.name, indexer.indexed_version, partition.version)
             await indexer.catch_up(partition.version)
+            if indexer.needs_recoding:  # served as it is meanwhile: re-coding a big partition takes minutes
+                log.warning("partition %s/%s: token vectors kept as int8; `appliance reindex --tokens` (or the "
+                            "partition's next ingest) re-codes them as residuals, ~7x smaller, without encoding "
+                            "text again", partition.tenant, partition.name)
 
     def on_version(self, listener: VersionListener) -> None:
         self._listeners.append(listener)
@@ -164,9 +168,13 @@ class Library:
         return results
 
     async def reindex(self, tenant: str | None = None, partition: str | None = None,
-                      language: str | None = None) -> list[IngestResult]:
+                      language: str | None = None, tokens_only: bool = False) -> list[IngestResult]:
         """Rebuild indexes from the store, re-encoding every chunk; with `language` ("en", "zh", "multi", or
-        "auto": decided again from the stored text), the partitions get that language and its encoder."""
+        "auto": decided again from the stored text), the partitions get that language and its encoder.
+        `tokens_only`: only re-code int8 token vectors into the configured codec, from the vectors the index
+        keeps (no text encoded again; partitions that need none are left as they are)."""
+        if tokens_only and language is not None:
+            raise ValueError("re-coding token vectors keeps the encoder: it takes no language")
         if language is not None and language != AUTO and language not in LANGUAGES:
             raise ValueError(f"language must be auto or one of {list(LANGUAGES)}, not {language!r}")
         results = []
@@ -178,7 +186,13 @@ class Library:
                 if language == AUTO:
                     await asyncio.to_thread(self._decide_stored_language, self.store.partition_by_id(record.id))
             indexer = self._refresh_record(record.id)
-            version = await indexer.catch_up(rebuild=True)
+            if tokens_only:
+                before = indexer.snapshot
+                version = await indexer.catch_up(record.version, recode=True)
+                if indexer.snapshot is before:
+                    continue  # nothing to re-code
+            else:
+                version = await indexer.catch_up(rebuild=True)
             self._announce(indexer)
             results.append(IngestResult(record.tenant, record.name, record.version, version))
         return results
@@ -276,7 +290,7 @@ class Library:
         for info, indexer in self._infos(tenant):
             snapshot = indexer.snapshot
             out.append(replace(info, documents=self.store.count_documents(indexer.partition.id),
-                               index_bytes=_folder_bytes(snapshot.folder) if snapshot is not None else 0))
+                               index_bytes=snapshot.disk_bytes()[0] if snapshot is not None else 0))
         return out
 
     def tenants(self) -> list[str]:
@@ -310,6 +324,16 @@ class Library:
         """Every partition's current snapshot (warm-up, benchmarks)."""
         return [i.snapshot for i in self._indexers.values() if i.snapshot is not None]
 
+    def prefetch(self, budget_bytes: int) -> int:
+        """Bring the partitions' index files into the page cache (disk reads: call from a worker thread), the
+        smallest first so that one huge partition does not take the whole budget; returns the bytes read."""
+        done = 0
+        for snapshot in sorted(self.snapshots(), key=lambda s: s.size):
+            if done >= budget_bytes:
+                break
+            done += snapshot.prefetch(budget_bytes - done)
+        return done
+
     def _select(self, where: PartitionFilter) -> list[Partition]:
         return select_partitions([i.partition for i in self._indexers.values()], where)
 
@@ -339,12 +363,3 @@ def _check_quota(quota: QuotaSettings, store: Store, tenant: str, partition: Par
 def _log_failure(task: asyncio.Future) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("index build failed: %s", task.exception(), exc_info=task.exception())
-
-
-def _folder_bytes(folder: Path) -> int:
-    """The files' sizes, subfolders (bm25/) included; 0 for a version folder removed meanwhile (a newer version
-    replaced it)."""
-    try:
-        return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-    except FileNotFoundError:
-        return 0

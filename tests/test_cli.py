@@ -111,6 +111,31 @@ def test_eval_retrieval_prints_the_metrics_as_json(tmp_path, models_dir):
     assert {"ndcg@10", "recall@100", "mrr@10", "p50_ms", "p99_ms"} <= set(report)
     assert report["queries"] == 8 and 0.5 < report["ndcg@10"] <= 1.0 and report["recall@100"] > 0.9
     assert 0 < report["p50_ms"] <= report["p99_ms"]
+    # what the index costs on disk, measured with the quality in the same run (28 abstracts: under the codebook's
+    # threshold, so int8 at 388 bytes a token)
+    assert report["chunks"] >= 28 and report["token_codec"] == "int8"
+    assert 0 < report["token_vector_bytes"] < report["index_bytes"]
+
+
+def test_reindex_tokens_recodes_int8_vectors_from_the_command_line(tmp_path, models_dir):
+    beir = tmp_path / "beir"
+    write_beir(beir, queries=2, distractors=20)
+    data, port = tmp_path / "state", free_port()
+    small = {"APPLIANCE_INDEX_CODEBOOK_CENTROIDS": "64", "APPLIANCE_INDEX_CODEBOOK_MIN_TOKENS": "1000"}
+    stored = cli("ingest", "--tenant", "t", "--partition", "p", str(beir / "corpus.jsonl"), data_dir=data,
+                 models_dir=models_dir, port=port, env={"APPLIANCE_INDEX_TOKEN_CODEC": "int8"})
+    assert stored.returncode == 0, stored.stderr
+    wrong = cli("reindex", "--tokens", "--language", "en", "--partition", "p", data_dir=data,
+                models_dir=models_dir, port=port, env=small)
+    assert wrong.returncode != 0 and "--tokens" in wrong.stderr
+    recoded = cli("reindex", "--tokens", data_dir=data, models_dir=models_dir, port=port, env=small)
+    assert recoded.returncode == 0, recoded.stderr
+    assert "t/p: token vectors re-coded at version 1" in recoded.stdout
+    again = cli("reindex", "--tokens", data_dir=data, models_dir=models_dir, port=port, env=small)
+    assert again.returncode == 0 and "nothing to re-code" in again.stdout
+    found = cli("search", "--tenant", "t", "--json", "--k", "3", "vitamin D and bone density", data_dir=data,
+                models_dir=models_dir, port=port, env=small)
+    assert found.returncode == 0 and len(json.loads(found.stdout)["results"]) == 3
 
 
 def test_bad_settings_stop_the_cli_with_a_clear_message(tmp_path, models_dir):

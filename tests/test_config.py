@@ -104,3 +104,16 @@ def test_allowed_hosts_and_body_limits(tmp_path: Path):
     assert "server.allowed_hosts: 'b.example:8080' is not a host name" in message
     assert "server.max_json_values: must be greater than 0" in message
     assert "server.max_query_body_bytes: must be greater than 0" in message
+
+
+def test_token_codec_settings_are_checked():
+    with pytest.raises(ConfigError) as err:
+        load_settings(env={"APPLIANCE_INDEX_TOKEN_CODEC": "pq", "APPLIANCE_INDEX_TOKEN_BITS": "3",
+                           "APPLIANCE_INDEX_CODEBOOK_CENTROIDS": "0", "APPLIANCE_INDEX_WARM_MAX_MIB": "-1"})
+    message = str(err.value)
+    assert "index.token_codec: 'pq' is not one of ['int8', 'residual']" in message
+    assert "index.token_bits: 3 is not one of [1, 2, 4, 8]" in message
+    assert "index.codebook_centroids: must be greater than 0" in message
+    assert "index.warm_max_mib: must be 0" in message
+    s = load_settings(env={"APPLIANCE_INDEX_TOKEN_BITS": "2", "APPLIANCE_INDEX_WARM_MAX_MIB": "0"})
+    assert s.index.token_bits == 2 and s.index.warm_max_mib == 0 and s.index.token_codec == "residual"

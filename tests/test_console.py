@@ -116,9 +116,11 @@ def test_an_admin_key_names_any_tenant_and_must_name_one(keyed):
     assert nameless.status_code == 422 and nameless.json()["error"]["field"] == "tenant"
     assert nameless_list.status_code == 422
     folder = keyed.app.state.services.library.snapshot("newcomer", "p").folder
-    on_disk = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-    assert listed[0]["name"] == "p" and listed[0]["documents"] == 1 and listed[0]["index_bytes"] == on_disk
-    assert on_disk > sum(f.stat().st_size for f in folder.iterdir() if f.is_file()), "bm25/ is counted too"
+    in_version = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+    shards = sum(f.stat().st_size for f in (folder.parent / "tokens").iterdir())  # one version: all its shards
+    assert listed[0]["name"] == "p" and listed[0]["documents"] == 1
+    assert listed[0]["index_bytes"] == in_version + shards and shards > 0, "the token shards are counted too"
+    assert in_version > sum(f.stat().st_size for f in folder.iterdir() if f.is_file()), "bm25/ is counted too"
     with keyed.client() as c:  # the tenant key still sees only its own
         assert c.get("/v1/partitions", params={"tenant": "newcomer"}).status_code == 403
 

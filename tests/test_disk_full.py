@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import appliance.index.builder as builder
+import appliance.index.token_shards as token_shards
 import appliance.ingest as ingest_module
 from appliance.config import IndexSettings
 from appliance.encode import load_encoder
@@ -105,19 +106,20 @@ def test_the_store_on_a_full_disk_keeps_what_was_acknowledged(small_disk):
     assert {c.doc_key for c in store.chunks(store.chunk_ids(p.id))} == {"a", "b"}
 
 
-@pytest.mark.parametrize("step", ["_write_rows", "_publish", "_point_current"])  # version files, shards, CURRENT
+@pytest.mark.parametrize("step", ["_write_rows", "token_shards._publish", "_point_current"])  # version, shards, CURRENT
 def test_an_index_build_on_a_full_disk_leaves_the_old_version_and_nothing_else(small_disk, encoder, monkeypatch,
                                                                                step):
     folder = small_disk.path / "p"
     v1 = build(folder, encoder, 1, None, chunks(encoder, [1, 2]))
     before = files(folder)
-    real = getattr(builder, step)
+    module, name = (token_shards, step.split(".")[1]) if "." in step else (builder, step)
+    real = getattr(module, name)
 
     def full_then(*args, **kwargs):
         small_disk.fill()
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(builder, step, full_then)
+    monkeypatch.setattr(module, name, full_then)
     with pytest.raises(OSError) as failure:
         build(folder, encoder, 2, v1, chunks(encoder, [3, 4]))
     monkeypatch.undo()
@@ -128,7 +130,7 @@ def test_an_index_build_on_a_full_disk_leaves_the_old_version_and_nothing_else(s
     assert v1.chunk(int(rows[0])).doc_key == "d1"  # the old version still serves, from disk and mapped
     small_disk.free()
     v2 = build(folder, encoder, 2, v1, chunks(encoder, [3, 4]))
-    assert list(v2.chunk_ids) == [1, 2, 3, 4] and len(v2.token_vectors([0, 3])[2]) == 2
+    assert list(v2.chunk_ids) == [1, 2, 3, 4] and len(v2.token_codes([0, 3])[2]) == 2
 
 
 def test_an_ingest_on_a_full_disk_is_kept_and_indexed_once_space_is_back(small_disk, models_dir, monkeypatch):

@@ -49,7 +49,7 @@ def test_build_search_and_reopen(tmp_path, encoder):
     assert info.text == TEXTS[1] and info.metadata == {"n": 1}
     reopened = PartitionSnapshot(current_version(tmp_path))
     assert list(reopened.chunk_ids) == [1, 2, 3] and reopened.text(2) == TEXTS[3]
-    codes, scales, lengths = reopened.token_vectors([0, 2])
+    codes, scales, lengths = reopened.token_codes([0, 2])
     assert codes.dtype == np.int8 and codes.shape == (lengths.sum(), 384) and scales.shape == (lengths.sum(),)
     expected = encoder.encode([TEXTS[1]]).tokens[0].astype(np.float32)
     first = codes[:lengths[0]].astype(np.float32) * scales[:lengths[0], None]
@@ -65,7 +65,7 @@ def test_incremental_versions_add_and_remove(tmp_path, encoder):
     assert "d2" not in {v2.chunk(int(r)).doc_key for r in rows}
     # token vectors of carried rows still belong to their own chunks
     again = encoder.encode([TEXTS[3]]).tokens[0].astype(np.float32)
-    codes, scales, _ = v2.token_vectors([1])
+    codes, scales, _ = v2.token_codes([1])
     assert np.abs(codes.astype(np.float32) * scales[:, None] - again).max() < 2e-3
     # the old version stays readable while open (searches in flight), but is no longer current
     assert v1.text(1) == TEXTS[2]
@@ -78,7 +78,7 @@ def test_token_shards_are_compacted_when_mostly_dead(tmp_path, encoder):
     manifest = json.loads((v2.folder / "manifest.json").read_text())
     assert len(manifest["token_shards"]) == 1  # 1 live of 4 rows: rewritten into a single new shard
     assert sorted(p.name[0] for p in (tmp_path / "tokens").glob("*.npy")) == ["q", "s"]
-    codes, _, lengths = v2.token_vectors([0, 1])
+    codes, _, lengths = v2.token_codes([0, 1])
     assert len(lengths) == 2 and codes.shape[0] == lengths.sum() > 0
 
 
@@ -131,7 +131,7 @@ def test_token_shards_stay_few_under_pure_additions(tmp_path, encoder):
         written += len(snap.token_shards[shards[-1]][1])  # every version writes one shard: its newest
     total = sum(len(t) for t in enc.tokens)
     assert written < 6 * total  # a rewrite of every row each time would be ~20x
-    codes, scales, lengths = snap.token_vectors(range(40))
+    codes, scales, lengths = snap.token_codes(range(40))
     expected_codes, expected_scales = quantize(np.concatenate(enc.tokens))
     assert list(lengths) == [len(t) for t in enc.tokens]
     assert np.array_equal(codes, expected_codes) and np.array_equal(scales, expected_scales)
@@ -174,3 +174,45 @@ def test_empty_partition_version(tmp_path, encoder):
     assert snap.size == 0 and snap.ann(np.ones(384, np.float32), 3)[0].size == 0
     assert snap.bm25_search(["cell"], 3)[0].size == 0
     assert os.path.exists(snap.folder / "manifest.json")
+
+
+def test_prefetch_reads_every_file_of_the_version_within_its_budget(tmp_path, encoder):
+    snap = build(tmp_path, encoder, 1, None, [], chunks(encoder, [1, 2, 3]))
+    files = snap.files()
+    assert files[:2] == snap.token_files() and (snap.folder / "hnsw.usearch") in files
+    assert any(f.parent.name == "bm25" for f in files)
+    total, tokens = snap.disk_bytes()
+    assert total == sum(f.stat().st_size for f in files) and tokens == sum(f.stat().st_size for f in files[:2])
+    assert snap.prefetch(10**12) == total  # all of it when the budget allows
+    assert snap.prefetch(1000) == 1000  # and never past the budget
+    assert snap.prefetch(0) == 0
+
+
+def test_a_versions_bm25_from_the_previous_statistics_scores_as_a_full_build(tmp_path, encoder):
+    v1 = build(tmp_path / "a", encoder, 1, None, [], chunks(encoder, [1, 2, 3]))
+    v2 = build(tmp_path / "a", encoder, 2, v1, [2], chunks(encoder, [4, 5]))  # statistics of 1, 3 + new 4, 5
+    full = build_version(tmp_path / "b", 7, 2, encoder.name, encoder.dim, None, np.zeros(0, np.int64),
+                         _rows_of(v2, encoder), IndexSettings(bm25_incremental=False), BM25Tokenizer().many)
+    assert (v2.folder / "bm25" / "terms.json").exists()
+    for question in ("heart disease", "blood pressure exercise", "powerhouse of the cell", "vitamin"):
+        terms = BM25Tokenizer()(question)
+        got, want = v2.bm25_search(terms, 5), full.bm25_search(terms, 5)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1]), question
+    assert v2.bm25_search(BM25Tokenizer()("vitamin deficiency"), 5)[0].size == 0  # chunk 2's terms went with it
+
+
+def test_a_changed_title_of_a_kept_document_rebuilds_its_bm25_text(tmp_path, encoder):
+    v1 = build(tmp_path, encoder, 1, None, [], chunks(encoder, [1, 2]))
+    renamed = chunks(encoder, [3])
+    renamed.docs[0] = {**renamed.docs[0], "key": "d1", "title": "Cardiology bulletin"}  # d1's new fields win
+    v2 = build(tmp_path, encoder, 2, v1, [], renamed)
+    rows, _ = v2.bm25_search(BM25Tokenizer()("cardiology bulletin"), 5)
+    assert sorted(int(v2.chunk_ids[r]) for r in rows) == [1, 3]  # the kept chunk 1 is found by its new title
+
+
+def _rows_of(snapshot, encoder) -> NewChunks:
+    texts = [snapshot.text(r) for r in range(snapshot.size)]
+    enc = encoder.encode(texts)
+    docs = [snapshot.docs[int(snapshot.doc_index[r])] for r in range(snapshot.size)]
+    return NewChunks(np.asarray(snapshot.chunk_ids, np.int64), np.zeros(snapshot.size, np.int32), texts, docs,
+                     enc.dense, enc.tokens)

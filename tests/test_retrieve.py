@@ -1,6 +1,7 @@
 import numpy as np
 
-from appliance.index import quantize
+from appliance.index import TokenBlock, quantize
+from appliance.index.tokens import dequantize
 from appliance.retrieve import PartitionFilter, maxsim, rrf, select_partitions
 from appliance.store import Partition
 
@@ -21,12 +22,13 @@ def test_maxsim_matches_a_plain_loop():
     q = unit(rng.normal(size=(5, 16))).astype(np.float32)
     passages = [unit(rng.normal(size=(n, 16))).astype(np.float32) for n in (3, 9, 1)]
     codes, scales = quantize(np.concatenate(passages))
-    got = maxsim(q, codes, scales, np.asarray([3, 9, 1]))
+    got = maxsim(q, TokenBlock(dequantize(codes, scales), np.asarray([3, 9, 1])))
     want = [np.mean([max(float(qi @ p[j]) for j in range(len(p))) for qi in q]) for p in passages]
     assert np.allclose(got, want, atol=1e-2)
     # a passage containing the query's tokens scores 1.0
     codes, scales = quantize(q)
-    assert abs(maxsim(q, codes, scales, np.asarray([len(q)]))[0] - 1.0) < 1e-2
+    assert abs(maxsim(q, TokenBlock(dequantize(codes, scales), np.asarray([len(q)])))[0] - 1.0) < 1e-2
+    assert maxsim(q, TokenBlock.empty(16)).shape == (0,)
 
 
 def partition(i, tenant, name, kind="default", lo=None, hi=None):

@@ -32,6 +32,8 @@ _CHOICES = {
     ("encoder", "multi"): {"minilm", "use"},
     ("index", "dtype"): {"f16", "f32", "bf16", "i8"},
     ("index", "metric"): {"cos", "ip", "l2sq"},
+    ("index", "token_codec"): {"residual", "int8"},
+    ("index", "token_bits"): {1, 2, 4, 8},
     ("", "log_level"): {"debug", "info", "warning", "error"},
     ("generate", "device"): {"auto", "cpu", "gpu"},
     ("small", "quantization"): {"", "awq", "awq_marlin", "gptq", "fp8"},
@@ -56,6 +58,7 @@ _POSITIVE = {
     ("conversation", "rewrite_timeout_s"), ("encoder", "threads"), ("encoder", "max_batch"),
     ("encoder", "queue_size"), ("encoder", "max_length"), ("encoder", "ingest_batch"),
     ("index", "connectivity"), ("index", "expansion_add"), ("index", "expansion_search"), ("index", "max_token_shards"),
+    ("index", "codebook_centroids"), ("index", "codebook_min_tokens"), ("index", "codebook_sample"),
     ("chunking", "max_words"), ("chunking", "max_chars_cjk"), ("chunking", "max_chars"), ("retrieve", "default_k"), ("retrieve", "max_k"),
     ("retrieve", "rrf_k"), ("retrieve", "overfetch"), ("retrieve", "late_candidates"),
     ("retrieve", "search_threads"), ("generate", "passages"), ("generate", "context_tokens"),
@@ -208,6 +211,8 @@ def _validate(settings: Settings) -> list[str]:
         errors.append("conversation.history_turns and history_tokens: must be 0 (no history) or more")
     if settings.parse.max_memory_mib < 0:
         errors.append("parse.max_memory_mib: must be 0 (unlimited) or more")
+    if settings.index.warm_max_mib < 0:
+        errors.append("index.warm_max_mib: must be 0 (no index files read at warm-up) or more")
     if settings.parse.max_file_bytes > settings.parse.max_upload_bytes:
         errors.append("parse.max_file_bytes: must not exceed parse.max_upload_bytes")
     for name in ("max_documents", "max_partitions", "max_text_bytes"):

@@ -75,6 +75,20 @@ class IndexSettings:
     expansion_add: int = 128
     expansion_search: int = 64
     max_token_shards: int = 8  # token-vector shards per version; each holds 2 open files while mapped
+    # How token vectors are stored (appliance/index/tokens.py): "residual" (a centroid + `token_bits` per dimension,
+    # ~7x smaller than int8 at 1 bit, centroids trained per partition once it holds `codebook_min_tokens`) or
+    # "int8". A partition already coded as residuals stays so.
+    token_codec: str = "residual"
+    token_bits: int = 1
+    codebook_centroids: int = 1024  # 4096 ranked SciFact the same (bench/results/token_vectors.md), at 4x the cost
+    codebook_min_tokens: int = 50_000  # ~300 chunks of English; below it a partition keeps int8
+    codebook_sample: int = 131_072  # tokens the k-means trains on (its cost: sample x centroids x dim per pass)
+    # A version's BM25 from the previous version's term statistics plus the new rows (only they are tokenized);
+    # off: every version tokenizes every text of the partition again (what it did before).
+    bm25_incremental: bool = True
+    # Warm-up reads the partitions' index files into the page cache, at most this much (and at most half the
+    # memory available at boot), so the first queries after a boot take no major page faults. 0: off.
+    warm_max_mib: int = 8192
 
 
 @dataclass(slots=True, frozen=True)

@@ -1,10 +1,10 @@
 """Build the next version of a partition index from the current one plus a delta, and publish it atomically.
 
 A version folder is written completely under a temporary name, fsynced, renamed into place, and only then does
-the CURRENT pointer move (temp file + rename). Token shards, shared between versions, are published the same way
-(.part, fsync, rename, fsync of tokens/) before the version that uses them. A crash at any point leaves the
-previous version current and intact; boot compares it with the store and builds the missing delta again, and a
-failed build (a full disk) removes what it wrote.
+the CURRENT pointer move (temp file + rename). Token shards and codebooks (token_shards.py), shared between
+versions, are published the same way (.part, fsync, rename, fsync of tokens/) before the version that uses them.
+A crash at any point leaves the previous version current and intact; boot compares it with the store and builds
+the missing delta again, and a failed build (a full disk) removes what it wrote.
 """
 from __future__ import annotations
 
@@ -18,16 +18,18 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-import bm25s
 import numpy as np
 from usearch.index import Index
 
 from ..config import IndexSettings
 from ..paths import fsync_dir
 from ..store import Place
-from .snapshot import CURRENT, FORMAT, PartitionSnapshot, current_version, quantize, shard_files
+from .bm25_terms import TermStats, write_bm25
+from .snapshot import CURRENT, FORMAT, PartitionSnapshot, current_version, shard_files
+from .token_shards import needs_recoding, write_token_refs
+from .tokens import INT8
 
-_COMPACT_BELOW = 0.5  # rewrite token shards into one when less than half of their rows are still live
+__all__ = ["NewChunks", "build_version", "collect_garbage", "needs_recoding"]
 
 
 @dataclass(slots=True)
@@ -76,8 +78,8 @@ def build_version(partition_dir: Path, partition_id: int, store_version: int, en
             "token_vectors": added.tokens is not None and (previous is None or previous.has_token_vectors),
         }
         if manifest["token_vectors"]:
-            manifest["token_shards"] = _write_token_refs(tmp, partition_dir, previous, old_rows, added, order,
-                                                         max(1, params.max_token_shards))
+            refs = write_token_refs(tmp, partition_dir, previous, old_rows, [added.tokens[i] for i in order], params)
+            manifest.update(refs.manifest())
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
         _fsync_tree(tmp)
         final = partition_dir / name
@@ -120,16 +122,30 @@ def _write_rows(tmp: Path, previous, old_rows, removed, added: NewChunks, order,
     (tmp / "docs.json").write_text(json.dumps(docs, ensure_ascii=False), encoding="utf-8")
     if len(chunk_ids):
         _build_hnsw(tmp / "hnsw.usearch", previous, removed, chunk_ids, dense, added, order, params, dim)
-        _build_bm25(tmp / "bm25", [f"{docs[d]['title']}\n{t}" for d, t in zip(doc_index, texts)], tokenize)
+        stats = _term_stats(previous, old_rows, docs, doc_index, texts, tokenize, params.bm25_incremental)
+        write_bm25(tmp / "bm25", stats)  # none when no row has a term ("!!!", stop words): vectors only then
     return int(len(chunk_ids))
 
 
-def _build_bm25(folder: Path, texts: list[str], tokenize) -> None:
-    corpus = tokenize(texts)
-    if any(corpus):  # bm25s cannot index an empty vocabulary ("!!!", only stop words): vectors only then
-        retriever = bm25s.BM25()
-        retriever.index(corpus, show_progress=False)
-        retriever.save(str(folder))
+def _term_stats(previous, old_rows, docs, doc_index, texts: list[str], tokenize, incremental: bool) -> TermStats:
+    """BM25 term statistics of every row (title and text): the previous version's for the kept rows plus the new
+    rows' (only they are tokenized), or all rows tokenized (a first build, a version without statistics, a kept
+    row whose title changed, or `bm25_incremental` off)."""
+    def bm25_texts(rows) -> list[str]:
+        return [f"{docs[doc_index[r]]['title']}\n{texts[r]}" for r in rows]
+
+    kept = len(old_rows)
+    stats = (TermStats.load(previous.folder / "bm25") if incremental and previous is not None and kept
+             else None)
+    if stats is not None and stats.rows == previous.size and _titles_kept(previous, old_rows, docs, doc_index):
+        return stats.take(old_rows).then(tokenize(bm25_texts(range(kept, len(texts)))))
+    return TermStats.from_tokens(tokenize(bm25_texts(range(len(texts)))))
+
+
+def _titles_kept(previous, old_rows, docs, doc_index) -> bool:
+    """Every kept row's document has the title it had (a title is part of its rows' BM25 text)."""
+    before = {int(previous.doc_index[r]): i for i, r in enumerate(old_rows)}
+    return all(previous.docs[slot]["title"] == docs[doc_index[i]]["title"] for slot, i in before.items())
 
 
 def collect_garbage(partition_dir: Path, keep: PartitionSnapshot | None = None) -> None:
@@ -152,8 +168,9 @@ def collect_garbage(partition_dir: Path, keep: PartitionSnapshot | None = None) 
         if entry.is_dir() and entry.name.startswith("v") and entry not in kept:
             shutil.rmtree(entry, ignore_errors=True)
     live = {path for manifest in used for shard in manifest.get("token_shards", [])
-            for path in shard_files(tokens, shard)}
-    for path in tokens.glob("*.npy"):
+            for path in shard_files(tokens, shard, manifest.get("token_codec", INT8))}
+    live |= {tokens / manifest["token_codebook"] for manifest in used if manifest.get("token_codebook")}
+    for path in [*tokens.glob("*.npy"), *tokens.glob("codebook-*.npz")]:
         if path not in live:
             path.unlink(missing_ok=True)
 
@@ -175,62 +192,6 @@ def _build_hnsw(path: Path, previous, removed, chunk_ids, dense, added: NewChunk
                       expansion_add=params.expansion_add, expansion_search=params.expansion_search)
         index.add(chunk_ids.astype(np.uint64), dense.astype(np.float32))
     index.save(str(path))
-
-
-def _write_token_refs(tmp: Path, partition_dir: Path, previous, old_rows, added: NewChunks, order,
-                      max_shards: int) -> list[int]:
-    """Token vectors of kept rows stay in their shards; new rows go to one new shard (int8 codes + scales), which
-    also takes the live rows of the shards `_shards_to_merge` picks."""
-    refs = (np.asarray(previous.token_refs)[old_rows] if previous is not None and previous.size
-            else np.zeros((0, 3), np.int64))
-    shards = sorted({int(s) for s in refs[:, 0]})  # oldest first: shard numbers only grow
-    live = [int(refs[refs[:, 0] == s, 2].sum()) for s in shards]
-    total_rows = sum(len(previous.token_shards[s][1]) for s in shards)
-    pieces = [quantize(added.tokens[i]) for i in order]
-    merged = _shards_to_merge(live, total_rows, sum(len(c) for c, _ in pieces), max_shards)
-    move = np.isin(refs[:, 0], shards[len(shards) - merged:])
-    if move.any():  # live rows of the merged shards move into the new one, ahead of the new rows
-        kept_codes, kept_scales, kept_lengths = previous.token_vectors(old_rows[move])
-        pieces.insert(0, (kept_codes, kept_scales))
-        lengths = list(kept_lengths) + [len(c) for c, _ in pieces[1:]]
-    else:
-        lengths = [len(c) for c, _ in pieces]
-    shards = shards[:len(shards) - merged]
-    if lengths:
-        tokens = partition_dir / "tokens"
-        shard = 1 + max([int(p.stem[1:]) for p in tokens.glob("q*.npy")] + [0])
-        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
-        block = np.stack([np.full(len(lengths), shard), starts, np.asarray(lengths)], axis=1).astype(np.int64)
-        moved = int(move.sum())
-        refs = refs.astype(np.int64)
-        refs[move] = block[:moved]
-        refs = np.concatenate([refs, block[moved:]])
-        for target, array in zip(shard_files(tokens, shard), (np.concatenate([c for c, _ in pieces]),
-                                                                np.concatenate([s for _, s in pieces]))):
-            _publish(target, array)
-        fsync_dir(tokens)
-        shards.append(shard)
-    _save(tmp / "token_refs.npy", refs.reshape(-1, 3).astype(np.int64))
-    return shards
-
-
-def _shards_to_merge(live: list[int], total_rows: int, new_rows: int, max_shards: int) -> int:
-    """How many of the youngest shards (`live`: their live rows, oldest first) the new shard takes in.
-
-    A shard is two mmaps (codes, scales), so two open files, per open version: pure additions would add one per
-    version without bound. As in an LSM tree, the new shard takes the youngest shards while they are at most twice
-    its size (a row's shard then grows 1.5x per copy: O(log n) copies per row, geometric sizes) and while the
-    version would reference more than `max_shards` (that cap binds only past ~2^max_shards times the smallest; at 8,
-    a million one-chunk ingests copy each row ~30 times in a simulation). All move when less than half of their
-    rows are live (deletes).
-    """
-    if live and sum(live) < _COMPACT_BELOW * total_rows:
-        return len(live)
-    merged, size = 0, new_rows
-    while merged < len(live) and (len(live) - merged + (size > 0) > max_shards or live[-1 - merged] <= 2 * size):
-        size += live[-1 - merged]
-        merged += 1
-    return merged
 
 
 def _merge_docs(previous, old_rows, new_docs: list[dict]) -> tuple[list[dict], np.ndarray]:
@@ -286,17 +247,6 @@ def _write_texts(folder: Path, texts: list[str]) -> None:
 def _save(path: Path, array: np.ndarray) -> None:
     with open(path, "wb") as f:
         np.save(f, array)
-
-
-def _publish(target: Path, array: np.ndarray) -> None:
-    """Write beside the target, fsync, rename: after a crash the name holds all of the array or does not exist.
-    The caller fsyncs the folder."""
-    part = target.with_suffix(".part")
-    with open(part, "wb") as f:
-        np.save(f, array)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(part, target)
 
 
 def _point_current(partition_dir: Path, name: str) -> None:

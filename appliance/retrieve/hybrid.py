@@ -159,8 +159,8 @@ def _late_scores(targets: list[Target], query_tokens: np.ndarray, keys: list[tup
     for position, (target_no, _) in enumerate(keys):
         by_target.setdefault(target_no, []).append(position)
     for target_no, positions in by_target.items():
-        codes, scales, lengths = targets[target_no].snapshot.token_vectors([keys[p][1] for p in positions])
-        scores[positions] = maxsim(query_tokens, codes, scales, lengths)
+        block = targets[target_no].snapshot.token_vectors([keys[p][1] for p in positions])
+        scores[positions] = maxsim(query_tokens, block)
     return scores
 
 

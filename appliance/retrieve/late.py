@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..index import TokenBlock
 
-def maxsim(query_tokens: np.ndarray, codes: np.ndarray, scales: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """MaxSim of one query (q, d) against passages stacked as int8 codes (t, d) with per-token scales (t,);
-    `lengths` says how many tokens belong to each passage, in order. Vectors are L2-normalised."""
+
+def maxsim(query_tokens: np.ndarray, passages: TokenBlock) -> np.ndarray:
+    """MaxSim of one query (q, d) against passages' token vectors stacked (t, d); `passages.lengths` says how many
+    tokens belong to each passage, in order. Vectors are L2-normalised."""
+    lengths = passages.lengths
     if not len(lengths):
         return np.zeros(0, np.float32)
-    sims = query_tokens.astype(np.float32, copy=False) @ codes.astype(np.float32).T  # (q, total tokens)
-    sims *= scales[None, :]
+    sims = query_tokens.astype(np.float32, copy=False) @ passages.vectors.T  # (q, total tokens)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
     best = np.maximum.reduceat(sims, starts, axis=1)  # (q, passages)
     return best.sum(axis=0) / max(len(query_tokens), 1)

@@ -81,12 +81,9 @@ def build(source: PartitionSnapshot, n_chunks: int, with_tokens: bool, index_set
 
 
 def _source_tokens(source: PartitionSnapshot, rows: np.ndarray) -> list[np.ndarray]:
-    """Each row's token vectors as floats, the form NewChunks takes (the index stores int8 codes + scales)."""
-    out = []
-    for row in rows:  # one chunk at a time: a whole step widened to float at once would take gigabytes
-        codes, scales, _ = source.token_vectors([int(row)])
-        out.append((codes.astype(np.float32) * scales[:, None]).astype(np.float16))
-    return out
+    """Each row's token vectors as floats, the form NewChunks takes (the index stores them coded)."""
+    # one chunk at a time: a whole step widened to float at once would take gigabytes
+    return [source.token_vectors([int(row)]).vectors.astype(np.float16) for row in rows]
 
 
 def _perturb(text: str, rng: random.Random) -> str:

@@ -127,7 +127,7 @@ class PartitionIndexer:
                                                                                 encoder.has_token_vectors)
         self.snapshot = await loop.run_in_executor(
             None, build_version, self.folder, self.partition.id, store_version, encoder.name, encoder.dim, previous,
-            removed, added, self.params, self.tokenizer.many, language)
+            removed, added, self.params, self.tokenizer.many, language, recode)
         log.info("partition %s/%s: index v%d (+%d -%d chunks, %d in all) in %.0f ms", self.partition.tenant,
                  self.partition.name, store_version, len(rows), len(removed), self.snapshot.size,
                  (time.perf_counter() - started) * 1000)

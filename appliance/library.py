@@ -187,10 +187,9 @@ class Library:
                     await asyncio.to_thread(self._decide_stored_language, self.store.partition_by_id(record.id))
             indexer = self._refresh_record(record.id)
             if tokens_only:
-                before = indexer.snapshot
+                if not indexer.needs_recoding:
+                    continue  # residuals already, or too few tokens for a codebook yet, or int8 by the settings
                 version = await indexer.catch_up(record.version, recode=True)
-                if indexer.snapshot is before:
-                    continue  # nothing to re-code
             else:
                 version = await indexer.catch_up(rebuild=True)
             self._announce(indexer)
@@ -324,15 +323,18 @@ class Library:
         """Every partition's current snapshot (warm-up, benchmarks)."""
         return [i.snapshot for i in self._indexers.values() if i.snapshot is not None]
 
-    def prefetch(self, budget_bytes: int) -> int:
-        """Bring the partitions' index files into the page cache (disk reads: call from a worker thread), the
-        smallest first so that one huge partition does not take the whole budget; returns the bytes read."""
-        done = 0
-        for snapshot in sorted(self.snapshots(), key=lambda s: s.size):
-            if done >= budget_bytes:
-                break
-            done += snapshot.prefetch(budget_bytes - done)
-        return done
+    async def prefetch(self, budget_bytes: int) -> int:
+        """Bring the partitions' index files into the page cache (in a worker thread), the smallest partition
+        first so that one huge partition does not take the whole budget; returns the bytes read."""
+        def read(snapshots: list[PartitionSnapshot]) -> int:
+            done = 0
+            for snapshot in snapshots:
+                if done >= budget_bytes:
+                    break
+                done += snapshot.prefetch(budget_bytes - done)
+            return done
+
+        return await asyncio.to_thread(read, sorted(self.snapshots(), key=lambda s: s.size))  # listed on the loop
 
     def _select(self, where: PartitionFilter) -> list[Partition]:
         return select_partitions([i.partition for i in self._indexers.values()], where)

@@ -220,7 +220,7 @@ async def _warm_up(s: Settings, retriever: Retriever, encoders: EncoderSet, char
     t = time.perf_counter()
     if s.index.warm_max_mib:
         budget = min(s.index.warm_max_mib << 20, _available_memory() // 2)
-        read = await asyncio.to_thread(library.prefetch, budget)
+        read = await library.prefetch(budget)
         warm["index_files"] = ms_since(t)
         log.info("warm-up read %.0f MiB of index files in %.0f ms", read / 2**20, warm["index_files"])
         t = time.perf_counter()

@@ -89,8 +89,10 @@ async def compare_codecs(data, log) -> list[dict]:
         makers = [lambda: int8_tokens(snapshot)]
         makers += [lambda c=c, b=b: residual_tokens(snapshot, sample, c, b) for c, b in
                    ((1024, 1), (4096, 1), (1024, 2))]
-        first = first_rows_sample(snapshot, s.settings.index.codebook_min_tokens)
-        makers.append(lambda: residual_tokens(snapshot, first, 1024, 1, ", trained on the first 50,000 tokens only"))
+        for first_tokens in (50_000, s.settings.index.codebook_min_tokens):  # a trickle-filled partition's codebook
+            first = first_rows_sample(snapshot, first_tokens)
+            makers.append(lambda first=first, n=first_tokens: residual_tokens(
+                snapshot, first, 1024, 1, f", trained on the partition's first {n:,} tokens only"))
         makers += [lambda m=m: faiss_pq_tokens(snapshot, sample, m) for m in (48, 96)]
         for make in makers:
             coded = await asyncio.to_thread(make)

@@ -121,7 +121,7 @@ def test_reindex_tokens_recodes_int8_vectors_from_the_command_line(tmp_path, mod
     beir = tmp_path / "beir"
     write_beir(beir, queries=2, distractors=20)
     data, port = tmp_path / "state", free_port()
-    small = {"APPLIANCE_INDEX_CODEBOOK_CENTROIDS": "64", "APPLIANCE_INDEX_CODEBOOK_MIN_TOKENS": "1000"}
+    small = {"APPLIANCE_INDEX_CODEBOOK_CENTROIDS": "64", "APPLIANCE_INDEX_CODEBOOK_MIN_TOKENS": "1024"}
     stored = cli("ingest", "--tenant", "t", "--partition", "p", str(beir / "corpus.jsonl"), data_dir=data,
                  models_dir=models_dir, port=port, env={"APPLIANCE_INDEX_TOKEN_CODEC": "int8"})
     assert stored.returncode == 0, stored.stderr

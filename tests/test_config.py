@@ -115,5 +115,8 @@ def test_token_codec_settings_are_checked():
     assert "index.token_bits: 3 is not one of [1, 2, 4, 8]" in message
     assert "index.codebook_centroids: must be greater than 0" in message
     assert "index.warm_max_mib: must be 0" in message
+    with pytest.raises(ConfigError) as err:
+        load_settings(env={"APPLIANCE_INDEX_CODEBOOK_CENTROIDS": "70000"})
+    assert "at most 65536" in str(err.value) and "at least 16 tokens per centroid" in str(err.value)
     s = load_settings(env={"APPLIANCE_INDEX_TOKEN_BITS": "2", "APPLIANCE_INDEX_WARM_MAX_MIB": "0"})
     assert s.index.token_bits == 2 and s.index.warm_max_mib == 0 and s.index.token_codec == "residual"

@@ -17,6 +17,7 @@ import pytest
 
 import appliance.index.builder as builder
 import appliance.index.token_shards as token_shards
+import appliance.index.tokens as tokens_module
 import appliance.ingest as ingest_module
 from appliance.config import IndexSettings
 from appliance.encode import load_encoder
@@ -131,6 +132,36 @@ def test_an_index_build_on_a_full_disk_leaves_the_old_version_and_nothing_else(s
     small_disk.free()
     v2 = build(folder, encoder, 2, v1, chunks(encoder, [3, 4]))
     assert list(v2.chunk_ids) == [1, 2, 3, 4] and len(v2.token_codes([0, 3])[2]) == 2
+
+
+def test_a_full_disk_while_a_codebook_is_trained_leaves_the_int8_version_and_nothing_else(small_disk, encoder,
+                                                                                        monkeypatch):
+    """The build that crosses `codebook_min_tokens` publishes a codebook and re-codes the int8 shard: a full disk
+    there (the codebook, or the residual shard after it) must leave the int8 version as it was."""
+    folder = small_disk.path / "p"
+    v1 = build(folder, encoder, 1, None, chunks(encoder, [1]))
+    params = IndexSettings(codebook_centroids=4, codebook_min_tokens=v1.token_count + 1, codebook_sample=1000)
+    assert v1.token_codec == "int8"  # one chunk: below the threshold the next build crosses
+    before = files(folder)
+    for target, name in ((tokens_module.Codebook, "save"), (token_shards, "_publish")):
+        real = getattr(target, name)
+
+        def full_then(*args, real=real, **kwargs):
+            small_disk.fill()
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(target, name, full_then)
+        with pytest.raises(OSError) as failure:
+            build_version(folder, 7, 2, encoder.name, encoder.dim, v1, np.zeros(0, np.int64),
+                          chunks(encoder, [2, 3, 4]), params, BM25Tokenizer().many)
+        monkeypatch.undo()
+        small_disk.free()
+        assert failure.value.errno == errno.ENOSPC
+        assert files(folder) == before, name  # no codebook, residual shard or .part left behind
+        assert current_version(folder) == v1.folder
+    v2 = build_version(folder, 7, 2, encoder.name, encoder.dim, v1, np.zeros(0, np.int64), chunks(encoder, [2, 3, 4]),
+                       params, BM25Tokenizer().many)
+    assert v2.token_codec == "residual" and list(v2.chunk_ids) == [1, 2, 3, 4]
 
 
 def test_an_ingest_on_a_full_disk_is_kept_and_indexed_once_space_is_back(small_disk, models_dir, monkeypatch):

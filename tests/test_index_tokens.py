@@ -6,7 +6,8 @@ import pytest
 
 from appliance.config import IndexSettings
 from appliance.encode import load_encoder
-from appliance.index import Codebook, NewChunks, PartitionSnapshot, build_version, current_version, train_codebook
+from appliance.index import (Codebook, NewChunks, PartitionSnapshot, build_version, collect_garbage, current_version,
+                             needs_recoding, train_codebook)
 from appliance.index.tokens import _pack, _unpack
 from appliance.paths import model_folder
 from appliance.text import BM25Tokenizer
@@ -114,6 +115,31 @@ def test_a_partition_switches_to_residuals_once_it_has_enough_tokens(tmp_path, e
     assert np.array_equal(reopened.token_vectors([0, 40]).vectors, v3.token_vectors([0, 40]).vectors)
     residual = reopened.token_shards[reopened.manifest["token_shards"][0]]
     assert residual[0].dtype == np.uint16 and residual[1].shape[1] == 48  # 2 + 48 bytes a token at 1 bit, 384-d
+
+
+def test_the_re_coding_build_removes_the_int8_shard_while_the_open_int8_version_still_reads_it(tmp_path, encoder,
+                                                                                              encoded):
+    texts, enc = encoded
+    v1 = build(tmp_path, encoder, 1, None, chunks(texts, enc, range(1, 11)), small())
+    codes_before = np.array(v1.token_codes([0, 9])[0])
+    v2 = build(tmp_path, encoder, 2, v1, chunks(texts, enc, range(11, 41)), small())  # crosses: re-coded
+    tokens = tmp_path / "tokens"
+    names = sorted(p.name for p in tokens.iterdir())
+    assert [n[0] for n in names] == ["c", "c", "r"] and names[1].startswith("codebook-")  # int8 files went
+    assert np.array_equal(v1.token_codes([0, 9])[0], codes_before)  # a search on v1 still reads them (mapped)
+    collect_garbage(tmp_path, keep=v2)
+    assert sorted(p.name for p in tokens.iterdir()) == names  # what the current version uses stays
+    assert v2.token_codec == "residual"
+
+
+def test_a_big_int8_partition_is_not_re_coded_by_an_ordinary_build(tmp_path, encoder, encoded):
+    texts, enc = encoded
+    v1 = build(tmp_path, encoder, 1, None, chunks(texts, enc, range(1, 41)), small(token_codec="int8"))
+    v2 = build(tmp_path, encoder, 2, v1, chunks(texts, enc, [41]), small())  # past the threshold already
+    assert v2.token_codec == "int8" and needs_recoding(v2, small())  # re-coding a big partition waits to be asked
+    v3 = build_version(tmp_path, 7, 3, encoder.name, encoder.dim, v2, np.zeros(0, np.int64),
+                       chunks(texts, enc, [42]), small(), BM25Tokenizer().many, recode=True)
+    assert v3.token_codec == "residual" and not needs_recoding(v3, small()) and v3.size == 42
 
 
 def test_int8_stays_when_the_settings_say_so(tmp_path, encoder, encoded):

@@ -5,10 +5,11 @@ import logging
 from support import SCIFACT, beir_slice, make_settings
 
 from appliance.evaluate import beir_documents
+from appliance.ingest import DocumentInput
 from appliance.retrieve import PartitionFilter
 from appliance.wiring import open_services
 
-SMALL_CODEBOOK = {"index_codebook_centroids": "64", "index_codebook_min_tokens": "1000",
+SMALL_CODEBOOK = {"index_codebook_centroids": "64", "index_codebook_min_tokens": "1024",
                   "index_codebook_sample": "8192"}
 
 
@@ -29,10 +30,15 @@ def test_reindex_tokens_recodes_an_int8_partition_without_encoding_text(tmp_path
             before = services.library.snapshot("acme", "kb")
             assert before.token_codec == "int8"  # served as it is until re-coded
             int8_bytes = before.disk_bytes()[1]
+            await services.library.ingest("acme", "kb", [DocumentInput(
+                id="harbour", text="Harbour pilots logged every tug movement by hand in the winter of 1911.")])
+            after_ingest = services.library.snapshot("acme", "kb")
+            assert after_ingest.token_codec == "int8" and after_ingest.size == before.size + 1  # not re-coded by it
+            int8_bytes = after_ingest.disk_bytes()[1]
             calls = _count_encodes(services)
             done = await services.library.reindex(tokens_only=True)
             after = services.library.snapshot("acme", "kb")
-            assert after.token_codec == "residual" and after.size == before.size
+            assert after.token_codec == "residual" and after.size == before.size + 1
             assert after.disk_bytes()[1] * 5 < int8_bytes
             again = await services.library.reindex(tokens_only=True)  # nothing left to re-code
             return [await _top(services, q) for q in questions], calls(), [done, again]
@@ -62,8 +68,8 @@ def test_a_fresh_partition_is_stored_as_residuals_past_the_threshold(tmp_path, m
             return small, big, hits
 
     small, big, hits = asyncio.run(go())
-    assert small.token_codec == "int8" and small.token_count < 1000
-    assert big.token_codec == "residual" and big.token_count >= 1000
+    assert small.token_codec == "int8" and small.token_count < 1024
+    assert big.token_codec == "residual" and big.token_count >= 1024
     assert hits.hits and all(h.late is not None for h in hits.hits[:3])  # late interaction ran on the residuals
 
 

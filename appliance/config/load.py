@@ -166,6 +166,18 @@ def _coerce(value: Any, kind: Any) -> Any:
     raise TypeError(f"unsupported setting type {kind!r}")
 
 
+def _index_errors(index) -> list[str]:
+    errors = []
+    if index.warm_max_mib < 0:
+        errors.append("index.warm_max_mib: must be 0 (no index files read at warm-up) or more")
+    if index.codebook_centroids > 65_536:
+        errors.append("index.codebook_centroids: at most 65536 (a token's centroid is stored in 2 bytes)")
+    if min(index.codebook_sample, index.codebook_min_tokens) < 16 * index.codebook_centroids:
+        errors.append("index.codebook_sample and codebook_min_tokens: at least 16 tokens per centroid "
+                      f"({16 * index.codebook_centroids} for {index.codebook_centroids} centroids)")
+    return errors
+
+
 def _validate(settings: Settings) -> list[str]:
     errors = []
     for (section, name), allowed in _CHOICES.items():
@@ -211,8 +223,7 @@ def _validate(settings: Settings) -> list[str]:
         errors.append("conversation.history_turns and history_tokens: must be 0 (no history) or more")
     if settings.parse.max_memory_mib < 0:
         errors.append("parse.max_memory_mib: must be 0 (unlimited) or more")
-    if settings.index.warm_max_mib < 0:
-        errors.append("index.warm_max_mib: must be 0 (no index files read at warm-up) or more")
+    errors.extend(_index_errors(settings.index))
     if settings.parse.max_file_bytes > settings.parse.max_upload_bytes:
         errors.append("parse.max_file_bytes: must not exceed parse.max_upload_bytes")
     for name in ("max_documents", "max_partitions", "max_text_bytes"):

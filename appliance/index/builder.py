@@ -51,9 +51,10 @@ class NewChunks:
 
 def build_version(partition_dir: Path, partition_id: int, store_version: int, encoder: str, dim: int,
                   previous: PartitionSnapshot | None, removed: np.ndarray, added: NewChunks,
-                  params: IndexSettings, tokenize, language: str = "") -> PartitionSnapshot:
+                  params: IndexSettings, tokenize, language: str = "", recode: bool = False) -> PartitionSnapshot:
     """Write a new version = previous - removed + added, make it current, and return it opened. `language` is the
-    partition's (what picked `encoder`), recorded with the version."""
+    partition's (what picked `encoder`), recorded with the version. `recode`: also re-code int8 token vectors that
+    the settings would store as residuals (a long build on a big partition: only when asked)."""
     partition_dir = Path(partition_dir)
     (partition_dir / "tokens").mkdir(parents=True, exist_ok=True)
     in_use = previous
@@ -78,7 +79,8 @@ def build_version(partition_dir: Path, partition_id: int, store_version: int, en
             "token_vectors": added.tokens is not None and (previous is None or previous.has_token_vectors),
         }
         if manifest["token_vectors"]:
-            refs = write_token_refs(tmp, partition_dir, previous, old_rows, [added.tokens[i] for i in order], params)
+            refs = write_token_refs(tmp, partition_dir, previous, old_rows, [added.tokens[i] for i in order], params,
+                                    recode)
             manifest.update(refs.manifest())
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
         _fsync_tree(tmp)

@@ -164,7 +164,11 @@ class PartitionSnapshot:
         then takes no major page faults: a cold 100k-chunk partition's first queries otherwise paid ~7x the warm
         late stage. The mmaps see the cached pages; nothing is copied into the process."""
         done, buffer = 0, memoryview(bytearray(1 << 20))
-        for path in self.files():
+        try:
+            files = self.files()
+        except FileNotFoundError:  # a newer version replaced this one meanwhile
+            return 0
+        for path in files:
             try:
                 with open(path, "rb", buffering=0) as f:
                     while done < budget_bytes and (n := f.readinto(buffer[:budget_bytes - done])):

@@ -18,7 +18,7 @@ from .snapshot import PartitionSnapshot, shard_files
 from .tokens import INT8, RESIDUAL, Codebook, quantize, train_codebook
 
 _COMPACT_BELOW = 0.5  # rewrite token shards into one when less than half of their rows are still live
-_RECODE_ROWS = 2048  # rows decoded at a time while re-coding int8 shards: bounds the float32 copy in memory
+_BLOCK_TOKENS = 65_536  # tokens widened to float32 at a time while coding (~100 MB with the residuals)
 
 
 @dataclass(slots=True)
@@ -34,15 +34,19 @@ class TokenRefs:
 
 
 def needs_recoding(snapshot: PartitionSnapshot, params: IndexSettings) -> bool:
-    """The version keeps int8 token vectors that the settings would now store as residuals (a partition from
-    before the codec, or one that grew past `codebook_min_tokens` without a build since)."""
+    """The version keeps int8 token vectors past `codebook_min_tokens` that the settings would store as residuals
+    (a partition from before the codec, or kept as int8 by an earlier setting): `appliance reindex --tokens`."""
     return (snapshot.has_token_vectors and snapshot.codebook is None and params.token_codec == RESIDUAL
             and snapshot.token_count >= params.codebook_min_tokens)
 
 
 def write_token_refs(tmp: Path, partition_dir: Path, previous: PartitionSnapshot | None, old_rows: np.ndarray,
-                     new_vectors: list[np.ndarray], params: IndexSettings) -> TokenRefs:
-    """Write the version's token_refs.npy (and the new shard, and a codebook if this build trains one)."""
+                     new_vectors: list[np.ndarray], params: IndexSettings, recode: bool = False) -> TokenRefs:
+    """Write the version's token_refs.npy (and the new shard, and a codebook if this build trains one).
+
+    A codebook is trained when the partition reaches `codebook_min_tokens` in this build (its first build, or the
+    one that crosses the threshold: re-coding what it had is then cheap), or when asked (`recode`: a big int8
+    partition, whose re-coding takes minutes, is never re-coded by an ordinary ingest or a boot's catch-up)."""
     tokens = partition_dir / "tokens"
     refs = (np.asarray(previous.token_refs)[old_rows].astype(np.int64) if previous is not None and previous.size
             else np.zeros((0, 3), np.int64))
@@ -52,8 +56,10 @@ def write_token_refs(tmp: Path, partition_dir: Path, previous: PartitionSnapshot
     shards = sorted({int(s) for s in refs[:, 0]})  # oldest first: shard numbers only grow
     new_count = sum(len(v) for v in new_vectors)
     number = _next_number(tokens)
-    recode = codebook is None and params.token_codec == RESIDUAL and (
-        int(refs[:, 2].sum()) + new_count >= params.codebook_min_tokens)
+    had = previous.token_count if previous is not None else 0
+    reaches = int(refs[:, 2].sum()) + new_count >= params.codebook_min_tokens
+    recode = codebook is None and params.token_codec == RESIDUAL and reaches and (
+        recode or had < params.codebook_min_tokens)
     if recode:
         sample = _training_sample(previous, old_rows, new_vectors, params.codebook_sample)
         codebook = train_codebook(sample, params.codebook_centroids, params.token_bits)
@@ -87,30 +93,43 @@ def write_token_refs(tmp: Path, partition_dir: Path, previous: PartitionSnapshot
 def _moved(previous: PartitionSnapshot | None, rows: np.ndarray, recode_into: Codebook | None
            ) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[int]]:
     """The moved rows' token vectors as the new shard stores them: copied as they are, or (`recode_into`) decoded
-    a block of rows at a time and coded with the new codebook."""
+    a block at a time and coded with the new codebook."""
     if previous is None or not len(rows):
         return [], []
     if recode_into is None:
         first, second, lengths = previous.token_codes(rows)
         return [(first, second)], [int(n) for n in lengths]
     pieces, lengths = [], []
-    for start in range(0, len(rows), _RECODE_ROWS):
-        block = previous.token_vectors(rows[start:start + _RECODE_ROWS])
+    counts = np.asarray(previous.token_refs)[rows, 2]
+    for start, end in _token_blocks(counts):
+        block = previous.token_vectors(rows[start:end])
         pieces.append(recode_into.encode(block.vectors))
         lengths.extend(int(n) for n in block.lengths)
     return pieces, lengths
 
 
 def _encoded(new_vectors: list[np.ndarray], codebook: Codebook | None):
-    """The new rows' pieces and their token counts: residual pieces of `_RECODE_ROWS` rows (a big first ingest is
-    not widened to float32 all at once), or an int8 piece per row."""
+    """The new rows' pieces and their token counts: residual pieces of about `_BLOCK_TOKENS` tokens (a big first
+    ingest is not widened to float32 all at once), or an int8 piece per row."""
     if codebook is None:
         for vectors in new_vectors:
             yield quantize(vectors), [len(vectors)]
         return
-    for start in range(0, len(new_vectors), _RECODE_ROWS):
-        rows = new_vectors[start:start + _RECODE_ROWS]
+    for start, end in _token_blocks([len(v) for v in new_vectors]):
+        rows = new_vectors[start:end]
         yield codebook.encode(np.concatenate(rows).astype(np.float32)), [len(v) for v in rows]
+
+
+def _token_blocks(counts) -> list[tuple[int, int]]:
+    """Consecutive row ranges of about `_BLOCK_TOKENS` tokens each (at least one row)."""
+    ends = np.cumsum(np.asarray(counts, np.int64))
+    blocks, start = [], 0
+    while start < len(ends):
+        base = ends[start - 1] if start else 0
+        end = max(start + 1, int(np.searchsorted(ends, base + _BLOCK_TOKENS, side="right")))
+        blocks.append((start, end))
+        start = end
+    return blocks
 
 
 def _training_sample(previous: PartitionSnapshot | None, old_rows: np.ndarray, new_vectors: list[np.ndarray],

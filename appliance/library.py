@@ -101,9 +101,9 @@ class Library:
                          partition.name, indexer.indexed_version, partition.version)
             await indexer.catch_up(partition.version)
             if indexer.needs_recoding:  # served as it is meanwhile: re-coding a big partition takes minutes
-                log.warning("partition %s/%s: token vectors kept as int8; `appliance reindex --tokens` (or the "
-                            "partition's next ingest) re-codes them as residuals, ~7x smaller, without encoding "
-                            "text again", partition.tenant, partition.name)
+                log.warning("partition %s/%s: token vectors kept as int8; `appliance reindex --tokens` re-codes "
+                            "them as residuals, ~7x smaller, without encoding text again", partition.tenant,
+                            partition.name)
 
     def on_version(self, listener: VersionListener) -> None:
         self._listeners.append(listener)

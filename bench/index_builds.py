@@ -141,15 +141,17 @@ def markdown(r: dict) -> str:
               f"{p['token_vector_bytes'] / 2**30:.2f} GiB; written in {p['build_s']} s in steps of "
               f"{scale.TOKEN_STEP} chunks (when first built). New: {new['documents']} SciFact abstracts -> "
               f"{new['chunks']} chunks, encoded in {new['encode_ms']} ms.", "",
-              "| build | encode ms | build ms | ack to searchable ms | new chunk found by BM25 |", "|---|---|---|---|---|"]
+              "| build | encode ms | build ms | ack to searchable ms | new chunk found by BM25 |",
+              "|---|---|---|---|---|"]
     builds = {k: v for k, v in r["builds"].items() if k != "profiled"}
     for label, b in builds.items():
         lines.append(f"| {label} | {new['encode_ms']} | {b['build_ms']} | {b['ack_to_searchable_ms']} | "
                      f"{b['new_chunk_found_by_bm25']} |")
     now, before = builds["incremental BM25 (now)"], builds["full BM25 (before)"]
     lines += ["", f"Ack to searchable: {before['ack_to_searchable_ms'] / now['ack_to_searchable_ms']:.1f}x faster "
-              "with incremental BM25.", "", "Where an incremental build's time goes (a third build under cProfile, which "
-              "slows the Python parts; cumulative seconds):", "",
+              "with incremental BM25.", "",
+              "Where an incremental build's time goes (a third build under cProfile, which slows the Python parts; "
+              "cumulative seconds):", "",
               "| function | cumulative s |", "|---|---|"]
     lines += [f"| `{row['function']}` | {row['cumulative_s']} |" for row in r["builds"]["profiled"]["profile"]]
     return "\n".join(lines) + "\n"

@@ -153,7 +153,8 @@ async def _timed(services, text: str) -> tuple[float, float]:
 
 def _stats(samples: list[tuple[float, float]]) -> dict:
     late, total = np.asarray(samples).T
-    return {"late_p50_ms": round(float(np.percentile(late, 50)), 2), "late_p99_ms": round(float(np.percentile(late, 99)), 2),
+    return {"late_p50_ms": round(float(np.percentile(late, 50)), 2),
+            "late_p99_ms": round(float(np.percentile(late, 99)), 2),
             "total_p50_ms": round(float(np.percentile(total, 50)), 2),
             "total_p99_ms": round(float(np.percentile(total, 99)), 2)}
 

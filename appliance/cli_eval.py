@@ -140,7 +140,7 @@ def _open_encoder(settings: Settings, name: str):
     from .paths import model_folder
 
     return load_encoder(name, model_folder(settings.models_dir, name), settings.encoder.threads,
-                        settings.encoder.max_length)
+                        settings.encoder.max_length, settings.encoder.graph)
 
 
 def _encode_all(encoder, texts: list[str], batch: int = 64):

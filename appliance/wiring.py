@@ -25,7 +25,7 @@ from .answer import Answerer, AskRequest, Event
 from .cache import CacheAdmin, EmbeddingCache, ExactCache, SemanticCache, SemanticParams, SingleFlight
 from .cached_answers import CachedAnswerer
 from .config import ParseSettings, Settings
-from .encode import CharVectors, EncoderSet, MicroBatcher, load_encoder
+from .encode import CharVectors, EncoderSet, GraphChoice, MicroBatcher, load_encoder
 from .generate import EngineSet, Router, build_vllm_engines, warm_up_prompts
 from .ingest import DocumentInput
 from .file_ingest import FileIngester
@@ -58,6 +58,7 @@ class Answers(Protocol):
 class BootReport:
     boot_ms: float
     warm_up_ms: dict[str, float] = field(default_factory=dict)
+    encoder_graphs: dict[str, GraphChoice] = field(default_factory=dict)  # ONNX encoders: the graph each runs on
 
 
 @dataclass(slots=True, frozen=True)
@@ -119,7 +120,8 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
         questions = StandaloneQuestions(engines, s.conversation)
         answers = FollowUpAnswers(answers, questions)
         warm = await _warm_up(s, retriever, encoders, chars, library, engines) if warm_up else {}
-        boot = BootReport(ms_since(started), warm)
+        graphs = {b.encoder.name: b.encoder.graphs for b in encoders if b.encoder.graphs is not None}
+        boot = BootReport(ms_since(started), warm, graphs)
         log.info("ready in %.0f ms: %d partitions", boot.boot_ms, len(library.partitions()))
         admin = CacheAdmin(semantic, caches.exact, caches.embeddings) if caches else CacheAdmin(None)
         yield Services(s, library, files, retriever, questions, answers, engines, admin, boot)
@@ -162,7 +164,11 @@ async def _open_encoders(s: Settings) -> EncoderSet:
     batchers = {}
     for name in s.encoder.names():
         encoder = await asyncio.to_thread(load_encoder, name, model_folder(s.models_dir, name), s.encoder.threads,
-                                          s.encoder.max_length)
+                                          s.encoder.max_length, s.encoder.graph)
+        if (graphs := encoder.graphs) is not None:
+            log.info("encoder %s: queries on its %s graph, passages on %s (median ms per query %s, per passage "
+                     "batch %s; %s)", name, graphs.query, graphs.passage, graphs.query_ms, graphs.passage_ms,
+                     graphs.reason)
         batchers[name] = MicroBatcher(encoder, s.encoder.batch_window_ms, s.encoder.max_batch, s.encoder.queue_size)
     return EncoderSet(batchers, s.encoder.for_language)
 

@@ -29,7 +29,8 @@ def machine_info(packages: list[str]) -> dict:
     return {
         "command": shlex.join([python, os.path.relpath(sys.argv[0], REPO), *sys.argv[1:]]),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu_model": cpu, "cpu_simd": [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags],
+        "cpu_model": cpu, "cpu_simd": [f for f in ("avx2", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8",
+                                              "amx_bf16") if f in flags],
         "cores": os.cpu_count(), "cores_usable": len(os.sched_getaffinity(0)),
         "memory_gib": round(mem / 2**30, 1), "python": platform.python_version(), "packages": versions,
         "commit": _git("rev-parse", "--short", "HEAD"), "uncommitted_changes": bool(_git("status", "--porcelain")),

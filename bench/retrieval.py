@@ -133,7 +133,7 @@ def bench_peers(spec, data, corpus, speed: list[str], load: list[str], vectors: 
                 log) -> dict:
     settings = make_settings(CACHE / "unused", spec.encoder)
     encoder = load_encoder(spec.encoder, model_folder(settings.models_dir, spec.encoder), settings.encoder.threads,
-                           settings.encoder.max_length)
+                           settings.encoder.max_length, settings.encoder.graph)
     results = {}
     for cls in (peers.FaissRankBM25, peers.TxtaiHybrid):
         log(f"  {cls.name}: building over {len(corpus.texts)} chunks")

@@ -50,6 +50,8 @@ def test_ready_only_after_warm_up(llm_served):
     assert 503 in boot["readyz"] and boot["ask_while_starting"] <= {503}
     assert boot["ready"]["warm_up_ms"]["prefixes"] > 0 and boot["ready"]["warm_up_ms"]["partitions"] >= 0
     assert boot["ready"]["warm_up_ms"]["index_files"] >= 0  # the partitions' files were read into the page cache
+    graphs = boot["ready"]["encoder_graphs"]["minilm"]  # measured at load: which ONNX graph encodes what
+    assert {graphs["query"], graphs["passage"]} <= {"int8", "fp32"} and set(graphs["query_ms"]) == {"int8", "fp32"}
     with live.client() as c:  # the warm-up prefilled the system prefix: the first answer reuses its KV blocks
         body = c.post("/v1/ask", json={"tenant": "default", "question": "Where do vectors live?", "model": "small",
                                        "max_tokens": 4}).json()

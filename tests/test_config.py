@@ -120,3 +120,10 @@ def test_token_codec_settings_are_checked():
     assert "at most 65536" in str(err.value) and "at least 16 tokens per centroid" in str(err.value)
     s = load_settings(env={"APPLIANCE_INDEX_TOKEN_BITS": "2", "APPLIANCE_INDEX_WARM_MAX_MIB": "0"})
     assert s.index.token_bits == 2 and s.index.warm_max_mib == 0 and s.index.token_codec == "residual"
+
+
+def test_encoder_graph_is_auto_or_one_that_exists():
+    assert load_settings(env={}).encoder.graph == "auto"
+    assert load_settings(env={"APPLIANCE_ENCODER_GRAPH": "fp32"}).encoder.graph == "fp32"
+    with pytest.raises(ConfigError, match=r"encoder.graph: 'fp16' is not one of \['auto', 'fp32', 'int8'\]"):
+        load_settings(env={"APPLIANCE_ENCODER_GRAPH": "fp16"})

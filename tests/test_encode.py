@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 
-from appliance.encode import EncoderBusy, MicroBatcher, load_encoder
+from appliance.encode import EncoderBusy, GraphChoice, MicroBatcher, load_encoder
 from appliance.paths import model_folder
 
 
@@ -100,3 +100,68 @@ def test_usearch_imported_before_onnxruntime_does_not_crash():
             "i = usearch.index.Index(ndim=4); i.add(1, np.ones(4, np.float32)); print('ok')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+# --- which ONNX graph encodes: int8 or fp32, measured at load ----------------------------------------------------
+
+TEXTS = ["Vitamin D deficiency is linked to disease.", "How do I reset my password?",
+         "Mitochondria produce most of the cell's energy through oxidative phosphorylation, " * 6]
+
+
+def test_auto_loads_both_graphs_measures_them_and_names_its_choice(minilm):
+    choice = minilm.graphs
+    assert set(choice.query_ms) == set(choice.passage_ms) == {"int8", "fp32"}
+    assert all(ms > 0 for ms in [*choice.query_ms.values(), *choice.passage_ms.values()])
+    assert choice.agreement["fp32"] >= 0.995
+    for picked, timings in ((choice.query, choice.query_ms), (choice.passage, choice.passage_ms)):
+        # the reference (int8) unless another graph was measured clearly faster
+        assert picked == "int8" or timings[picked] < timings["int8"] * 0.95
+
+
+def test_fp32_and_int8_graphs_rank_alike(models_dir):
+    folder = model_folder(models_dir, "minilm")
+    int8, fp32 = (load_encoder("minilm", folder, graph=g) for g in ("int8", "fp32"))
+    assert int8.graphs.graphs() == ("int8",) and fp32.graphs.graphs() == ("fp32",)
+    a, b = int8.encode(TEXTS), fp32.encode(TEXTS)
+    assert (a.dense * b.dense).sum(axis=1).min() > 0.995
+    for x, y in zip(a.tokens, b.tokens):  # same content tokens, near-identical vectors for late interaction
+        assert x.shape == y.shape
+        assert (x.astype(np.float32) * y.astype(np.float32)).sum(axis=1).min() > 0.98
+    query = fp32.encode(["how much energy do mitochondria make"]).dense[0]
+    assert np.argsort(-(a.dense @ query)).tolist() == np.argsort(-(b.dense @ query)).tolist()
+
+
+def test_queries_and_passages_run_on_the_graph_chosen_for_each(models_dir):
+    folder = model_folder(models_dir, "minilm")
+    encoder = load_encoder("minilm", folder, graph="int8")
+    ran: list[str] = []
+    for graph in ("int8", "fp32"):
+        pinned = load_encoder("minilm", folder, graph=graph)
+        encoder._sessions[graph] = _Recording(pinned._sessions[graph], graph, ran)
+        encoder._inputs[graph] = pinned._inputs[graph]
+    encoder.graphs = GraphChoice(query="fp32", passage="int8")
+    encoder.encode(["a short question"])
+    encoder.encode([TEXTS[2] * 2])  # ~190 word pieces: a passage
+    encoder.encode(["a short question", TEXTS[2] * 2])  # one batch, two length groups
+    assert ran == ["fp32", "int8", "fp32", "int8"]
+
+
+class _Recording:
+    def __init__(self, session, graph, ran):
+        self.session, self.graph, self.ran = session, graph, ran
+
+    def run(self, outputs, feed):
+        self.ran.append(self.graph)
+        return self.session.run(outputs, feed)
+
+
+def test_a_pinned_graph_that_was_not_built_is_a_clear_error(models_dir, tmp_path):
+    folder = tmp_path / "minilm"
+    folder.mkdir()
+    for name in ("model.onnx", "tokenizer.json"):
+        (folder / name).symlink_to(model_folder(models_dir, "minilm") / name)
+    with pytest.raises(FileNotFoundError, match="model-fp32.onnx.*models build"):
+        load_encoder("minilm", folder, graph="fp32")
+    assert load_encoder("minilm", folder).graphs.graphs() == ("int8",)  # auto: what the folder has
+    with pytest.raises(ValueError, match="not one of"):
+        load_encoder("minilm", folder, graph="fp16")

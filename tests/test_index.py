@@ -56,6 +56,19 @@ def test_build_search_and_reopen(tmp_path, encoder):
     assert np.abs(first - expected).max() < 2e-3  # int8 with a per-token scale is within quantisation error
 
 
+def test_an_int8_graph_ranks_by_the_exact_cosine_of_its_candidates(tmp_path, encoder):
+    added = chunks(encoder, [1, 2, 3, 4, 5])
+    snap = build_version(tmp_path, 7, 1, encoder.name, encoder.dim, None, np.zeros(0, np.int64), added,
+                         IndexSettings(dtype="i8"), BM25Tokenizer().many)
+    assert snap.hnsw.dtype.name == "I8"
+    query = encoder.encode(["does exercise lower blood pressure"]).dense[0]
+    rows, sims = snap.ann(query, 3)
+    exact = added.dense.astype(np.float16).astype(np.float32) @ query  # the version keeps f16 vectors
+    assert list(rows) == list(np.argsort(-exact)[:3])  # the exact order, not the int8 graph's estimate
+    assert np.allclose(sims, np.sort(exact)[::-1][:3], atol=1e-5)
+    assert snap.chunk(int(rows[0])).doc_key == "d4"
+
+
 def test_incremental_versions_add_and_remove(tmp_path, encoder):
     v1 = build(tmp_path, encoder, 1, None, [], chunks(encoder, [1, 2, 3]))
     v2 = build(tmp_path, encoder, 2, v1, [2], chunks(encoder, [4, 5]))

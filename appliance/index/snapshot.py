@@ -13,10 +13,11 @@ from pathlib import Path
 
 import bm25s
 import numpy as np
-from usearch.index import Index
+from usearch.index import Index, ScalarKind
 
 from .tokens import INT8, RESIDUAL, Codebook, TokenBlock, dequantize
 
+RESCORE_FACTOR, RESCORE_MIN = 4, 40  # an int8 graph's candidates per wanted hit, and at least this many
 CURRENT = "CURRENT"
 # Bump on any change to the files below; a version of another format is rebuilt from the store. Format 3 is format
 # 4 with int8 token vectors only: it is read as it is, and `appliance reindex --tokens` re-codes its vectors.
@@ -96,10 +97,19 @@ class PartitionSnapshot:
         """Rows and cosine similarities of the k nearest chunks."""
         if self.hnsw is None:
             return _empty()
-        found = self.hnsw.search(vector.astype(np.float32), min(k, self.size))
+        quantised = self.hnsw.dtype == ScalarKind.I8
+        wanted = max(k * RESCORE_FACTOR, RESCORE_MIN) if quantised else k
+        found = self.hnsw.search(vector.astype(np.float32), min(wanted, self.size))
         keys = np.asarray(found.keys, dtype=np.int64)
         rows = np.searchsorted(self.chunk_ids, keys)
-        return rows, 1.0 - np.asarray(found.distances, dtype=np.float32)
+        if not quantised:
+            return rows, 1.0 - np.asarray(found.distances, dtype=np.float32)
+        # An int8 graph ranks close neighbours only roughly: its candidates are re-ranked by their exact cosine
+        # from the version's f16 vectors (the rows read in file order; bench/results/vectors_scale.md).
+        rows = np.sort(rows)
+        similarity = np.asarray(self.dense[rows], np.float32) @ vector.astype(np.float32)
+        best = np.argsort(-similarity, kind="stable")[:k]
+        return rows[best], similarity[best]
 
     def bm25_search(self, terms: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """Rows and BM25 scores of the k best chunks that share at least one term with the query."""

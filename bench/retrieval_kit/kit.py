@@ -45,7 +45,7 @@ class StageKit:
     @classmethod
     async def open(cls, settings: Settings) -> "StageKit":
         e = settings.encoder
-        encoder = load_encoder(e.model, model_folder(settings.models_dir, e.model), e.threads, e.max_length)
+        encoder = load_encoder(e.model, model_folder(settings.models_dir, e.model), e.threads, e.max_length, e.graph)
         batcher = MicroBatcher(encoder, e.batch_window_ms, e.max_batch, e.queue_size)
         await batcher.start()
         executor = ThreadPoolExecutor(settings.retrieve.search_threads, thread_name_prefix="search")

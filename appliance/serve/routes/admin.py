@@ -26,7 +26,10 @@ async def readyz(request: Request) -> JSONResponse:
     boot: BootState = request.app.state.boot
     if boot.phase is Phase.READY:
         report = request.app.state.services.boot
-        return JSONResponse({"status": "ready", "boot_ms": report.boot_ms, "warm_up_ms": report.warm_up_ms})
+        graphs = {name: {"query": g.query, "passage": g.passage, "query_ms": g.query_ms, "passage_ms": g.passage_ms}
+                  for name, g in report.encoder_graphs.items()}
+        return JSONResponse({"status": "ready", "boot_ms": report.boot_ms, "warm_up_ms": report.warm_up_ms,
+                             "encoder_graphs": graphs})
     body = {"status": boot.phase.value}
     if boot.error:
         body["error"] = boot.error

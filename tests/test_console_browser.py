@@ -274,7 +274,9 @@ def test_ask_streams_an_answer_whose_citation_opens_the_passage(llm_served, brow
         answer = page.locator(".msg.assistant .answer-text").inner_text()
         assert "Paris" in answer, answer
         grown = sorted(set(page.evaluate("window.lengths")))
-        assert len(grown) >= 3 and grown[-1] == len(answer), f"the text grew as tokens came: {grown}"
+        # at least one partial text shown before the whole answer; more is timing: on a busy box the page reads
+        # several streamed events in one go (CI once saw [3, 119])
+        assert len(grown) >= 2 and grown[-1] == len(answer), f"the text grew as tokens came: {grown}"
         route = page.locator(".msg.assistant .route")
         assert route.get_attribute("data-engine") == "large" and "requested by the client" in route.inner_text()
         assert "total" in page.locator(".msg.assistant .timings").inner_text()

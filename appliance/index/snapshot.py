@@ -241,3 +241,20 @@ def _map(path: Path) -> mmap.mmap | None:
 
 def _empty() -> tuple[np.ndarray, np.ndarray]:
     return np.zeros(0, np.int64), np.zeros(0, np.float32)
+
+
+def version_files(partition_dir: Path) -> tuple[str, list[Path]] | None:
+    """The current version's name (what CURRENT holds) and what a copy of it needs (the version folder, its token
+    shards and codebook), relative to `partition_dir`; None without a current version. Every file is immutable
+    once published, so a backup may link them while the server builds the next version."""
+    partition_dir = Path(partition_dir)
+    folder = current_version(partition_dir)
+    if folder is None:
+        return None
+    manifest = json.loads((folder / "manifest.json").read_text())
+    tokens = partition_dir / "tokens"
+    codec = manifest.get("token_codec", INT8)
+    files = [path for shard in manifest.get("token_shards", []) for path in shard_files(tokens, shard, codec)]
+    files += [tokens / manifest["token_codebook"]] if manifest.get("token_codebook") else []
+    files += sorted(f for f in folder.rglob("*") if f.is_file())
+    return folder.name, [f.relative_to(partition_dir) for f in files]

@@ -1,9 +1,10 @@
 """Durable store: SQLite (WAL) holding partitions, documents, chunks and the ingest journal; original files by
 content hash beside it."""
 from .blobs import BlobStore
+from .copy import copied_contents, copy_database
 from .records import (ChunkRow, DocumentStatus, FileDocument, NewDocument, Partition, Place, SourceFile,
                       StoredDocument, TenantUsage, WriteResult)
 from .sqlite import Store
 
 __all__ = ["BlobStore", "ChunkRow", "DocumentStatus", "FileDocument", "NewDocument", "Partition", "Place",
-           "SourceFile", "Store", "StoredDocument", "TenantUsage", "WriteResult"]
+           "SourceFile", "Store", "StoredDocument", "TenantUsage", "WriteResult", "copied_contents", "copy_database"]

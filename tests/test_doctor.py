@@ -1,0 +1,36 @@
+"""`appliance doctor`: a healthy data folder passes; a keys file others can read is named as a failure with the fix, and the command exits non-zero."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from support import LiveServer, beir_slice, SCIFACT, make_settings, write_keys
+
+
+def _doctor(env: dict[str, str]) -> tuple[int, dict[str, dict]]:
+    done = subprocess.run([sys.executable, "-m", "appliance", "doctor", "--json"], env={**os.environ, **env},
+                          capture_output=True, text=True, timeout=300)
+    return done.returncode, {f["check"]: f for f in json.loads(done.stdout)}
+
+
+def test_doctor_names_each_problem_with_its_fix(tmp_path, models_dir):
+    keys_file, keys = write_keys(tmp_path, ["acme"])
+    os.chmod(keys_file, 0o600)
+    docs = [{"id": str(d["_id"]), "title": d.get("title", ""), "text": d["text"]}
+            for d in beir_slice(SCIFACT, queries=2, distractors=20).corpus]
+    settings = make_settings(tmp_path / "box", models_dir, admission_keys_file=str(keys_file))
+    with LiveServer(settings, api_key=keys["acme"]) as live, live.client() as client:
+        assert client.post("/v1/documents", json={"partition": "p", "documents": docs}).status_code == 200
+    env = {"APPLIANCE_DATA_DIR": str(tmp_path / "box"), "APPLIANCE_MODELS_DIR": str(models_dir),
+           "APPLIANCE_ADMISSION_KEYS_FILE": str(keys_file), "APPLIANCE_GENERATE_ENABLED": "false"}
+    code, healthy = _doctor(env)
+    assert healthy["keys"]["status"] == "ok" and healthy["indexes"]["status"] == "ok"
+    assert healthy["store"]["status"] == "ok" and healthy["model minilm"]["status"] == "ok"
+    assert "avx2" in healthy["cpu"]["detail"] or healthy["cpu"]["status"] == "fail"
+
+    os.chmod(keys_file, 0o644)
+    code, sick = _doctor(env)
+    assert code == 1
+    assert sick["keys"]["status"] == "fail" and "chmod 600" in sick["keys"]["fix"]

@@ -168,9 +168,9 @@ def _place(source: Path, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.link(source, target)
-    except OSError as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
+    except FileNotFoundError:
+        raise
+    except OSError:  # another file system, or one without hard links
         shutil.copy2(source, target)
 
 

@@ -8,7 +8,6 @@ its name. A progress bar while it runs, then one line per file that changed or f
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import sys
 from collections import Counter
@@ -18,6 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from .client import ApplianceClient, ServerError
+from .paths import file_sha256
 
 BATCH_FILES = 16  # files per upload request
 BATCH_BYTES = 32 * 1024 * 1024  # and at most this many bytes (well under parse.max_upload_bytes)
@@ -57,7 +57,7 @@ def local_files(paths: list[Path], max_file_bytes: int) -> tuple[list[LocalFile]
                 corpora.append(path)
             else:
                 size = path.stat().st_size
-                found.append(LocalFile(key, path, size, _sha256(path) if size <= max_file_bytes else ""))
+                found.append(LocalFile(key, path, size, file_sha256(path) if size <= max_file_bytes else ""))
     return found, corpora
 
 
@@ -200,13 +200,6 @@ def _all_documents(library, tenant: str, partition: str) -> list:
         after = page[-1].key
     return docs
 
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def check_sync_args(args) -> None:

@@ -1,11 +1,11 @@
 """`appliance doctor`: what this box can run and what is wrong with it, each problem with what to do.
 
-Read-only and safe on a serving box: nothing is opened for writing, the engines are not started, vLLM and torch
-are not imported (the CPU's features come from /proc/cpuinfo, the GPU's from nvidia-smi).
+Read-only and safe on a serving box: nothing is opened for writing and the engines are not started. The CPU's
+features come from /proc/cpuinfo, the GPU's from nvidia-smi; only the AWQ check loads vLLM's CPU kernels, as the
+engines would.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -21,7 +21,7 @@ import psutil
 from .config import Settings
 from .index import version_files
 from .models.manifest import load_manifests
-from .paths import ModelNotFound, checkpoint_folder, model_folder
+from .paths import ModelNotFound, checkpoint_folder, file_sha256, model_folder
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 _MIN_FREE_BYTES = 5 << 30
@@ -104,7 +104,7 @@ def model_checksums(settings: Settings) -> list[Finding]:
     for name, manifest in sorted(manifests.items()):
         folder = model_folder(settings.models_dir, name)
         wrong = [dest for dest, sha in _pinned(manifest) if not (folder / dest).is_file()
-                 or (sha and _sha256(folder / dest) != sha)]
+                 or (sha and file_sha256(folder / dest) != sha)]
         if not folder.is_dir():
             findings.append(Finding(f"model {name}", WARN, f"not built ({folder})", "appliance models build"))
         elif wrong:
@@ -199,10 +199,3 @@ def _cpu_model() -> str:
 def _folder_bytes(folder: Path) -> int:
     return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file()) if folder.is_dir() else 0
 
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -1,7 +1,8 @@
 """Where model folders live: one rule for every layer (the build writes there; encoders, router and engines read);
-and making a folder's new entries durable."""
+making a folder's new entries durable; a file's sha256."""
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -32,3 +33,12 @@ def fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def file_sha256(path: Path) -> str:
+    """A file's sha256, read a MiB at a time (model files are hundreds of MB)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()

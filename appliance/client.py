@@ -12,6 +12,13 @@ from typing import Any
 import httpx
 
 
+def base_url(host: str, port: int) -> str:
+    """The URL a local client reaches a server bound to `host`:`port` at: one bound to every interface is reached
+    on loopback ("0.0.0.0" is no host name it answers to)."""
+    host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
+    return f"http://{host}:{port}"
+
+
 class ServerError(Exception):
     """The server answered with an error status."""
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 
 from .config import Settings
-from .index import version_files
+from .index import PartitionSnapshot, current_version
 from .models.manifest import load_manifests
 from .paths import ModelNotFound, checkpoint_folder, file_sha256, model_folder
 
@@ -129,13 +129,14 @@ def index_integrity(settings: Settings) -> list[Finding]:
     broken = []
     partitions = sorted(p for p in settings.index_dir.glob("p*") if p.is_dir())
     for partition_dir in partitions:
-        try:
-            current = version_files(partition_dir)
-            missing = [f for f in current[1] if not (partition_dir / f).exists()] if current else ["CURRENT"]
-        except (OSError, ValueError) as exc:
-            missing = [str(exc)]
-        if missing:
-            broken.append(f"{partition_dir.name} ({len(missing)} missing, e.g. {missing[0]})")
+        folder = current_version(partition_dir)
+        if folder is None:
+            broken.append(f"{partition_dir.name} (no current version)")
+            continue
+        try:  # what the server does at boot: every file of the version opened (mapped, not read)
+            PartitionSnapshot(folder)
+        except Exception as exc:  # numpy, json, usearch and bm25s each raise their own on a bad or missing file
+            broken.append(f"{partition_dir.name} ({type(exc).__name__}: {str(exc)[:160]})")
     if broken:
         findings.append(Finding("indexes", FAIL, "; ".join(broken), "appliance reindex (rebuilds from the store)"))
     else:

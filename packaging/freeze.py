@@ -7,9 +7,11 @@ packages are excluded here so the package holds what `.[cpu]` installs.
 """
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -20,8 +22,37 @@ EXCLUDED = ["triton", "faiss", "txtai", "gptcache", "rank_bm25", "markitdown", "
             "schemathesis", "hypothesis", "pytest", "_pytest", "IPython", "matplotlib", "tkinter", "awq",
             "websockets.legacy", "opentelemetry.exporter", "cv2", "pyarrow", "pandas", "sqlalchemy",
             "torch.utils.tensorboard", "tensorboard", "onnx", "gguf", "PyInstaller"]
-# Files inside the frozen tree that nothing loads at run time: torch's tests and command-line tools, C headers.
-TRIMMED = ["torch/test", "torch/bin", "torch/include", "torch/share", "opencv_python_headless.libs"]
+# Files inside the frozen tree that nothing loads at run time (globs under _internal): torch's tests, test programs
+# and C headers. torch/bin keeps torch_shm_manager, which torch starts when it is imported.
+TRIMMED = ["torch/test", "torch/include", "torch/share", "torch/bin/test_*", "torch/bin/*Test", "torch/bin/protoc*",
+           "opencv_python_headless.libs"]
+
+
+def frozen(flavour: str, work: Path) -> Path:
+    """The frozen tree in work/dist, frozen again only when what goes into it changed (see freeze_key)."""
+    work.mkdir(parents=True, exist_ok=True)
+    stamp, tree = work / "freeze.key", work / "dist" / "appliance"
+    key = freeze_key(flavour)
+    if stamp.exists() and stamp.read_text() == key and (tree / "appliance").exists():
+        return tree
+    stamp.unlink(missing_ok=True)
+    tree = freeze(flavour, work)
+    stamp.write_text(key)
+    return tree
+
+
+def freeze_key(flavour: str) -> str:
+    """A digest of the inputs: flavour, Python, every installed distribution's version, the appliance's files, the
+    entry point, this script and the hooks."""
+    digest = hashlib.sha256(f"{flavour} {sys.version}".encode())
+    # a set: an .egg-info in the working folder names the project a second time
+    for dist in sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()}):
+        digest.update(dist.encode())
+    inputs = [HERE / "entry.py", HERE / "freeze.py", HERE / "dependency_tree.py", *(HERE / "hooks").glob("*.py")]
+    for path in sorted([*(ROOT / "appliance").rglob("*"), *inputs]):
+        if path.is_file() and "__pycache__" not in path.parts:
+            digest.update(path.relative_to(ROOT).as_posix().encode() + path.read_bytes())
+    return digest.hexdigest()
 
 
 def freeze(flavour: str, work: Path) -> Path:
@@ -36,7 +67,12 @@ def freeze(flavour: str, work: Path) -> Path:
     if flavour == "gpu":  # the CUDA build loads its own kernels from these packages by path
         args += ["--collect-binaries", "nvidia", "--collect-binaries", "flashinfer"]
     subprocess.run([*args, str(HERE / "entry.py")], check=True, cwd=work)
-    tree = work / "dist" / "appliance"
-    for relative in TRIMMED:
-        shutil.rmtree(tree / "_internal" / relative, ignore_errors=True)
+    return trim(work / "dist" / "appliance")
+
+
+def trim(tree: Path) -> Path:
+    """Remove the TRIMMED files from a frozen tree (again: nothing happens to one trimmed already)."""
+    for pattern in TRIMMED:
+        for path in (tree / "_internal").glob(pattern):
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     return tree

@@ -1,4 +1,5 @@
-"""`appliance doctor`: a healthy data folder passes; a keys file others can read is named as a failure with the fix, and the command exits non-zero."""
+"""`appliance doctor`: a healthy data folder passes; a keys file others can read and a file missing from the current
+index version are each named as a failure with the fix, and the command exits non-zero."""
 from __future__ import annotations
 
 import json
@@ -34,3 +35,13 @@ def test_doctor_names_each_problem_with_its_fix(tmp_path, models_dir):
     code, sick = _doctor(env)
     assert code == 1
     assert sick["keys"]["status"] == "fail" and "chmod 600" in sick["keys"]["fix"]
+    assert sick["indexes"]["status"] == "ok"
+
+    os.chmod(keys_file, 0o600)
+    (current,) = [p for p in (tmp_path / "box" / "indexes").glob("p*/v*") if p.name in
+                  {(p.parent / "CURRENT").read_text().strip()}]
+    (current / "ordinals.npy").unlink()
+    code, broken = _doctor(env)
+    assert code == 1 and broken["keys"]["status"] == "ok"
+    assert broken["indexes"]["status"] == "fail" and "ordinals.npy" in broken["indexes"]["detail"]
+    assert "reindex" in broken["indexes"]["fix"]

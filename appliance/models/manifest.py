@@ -64,6 +64,7 @@ class Manifest:
     source_dir: Path | None = None
     train: Train | None = None
     export: Export | None = None
+    licence: str = ""  # what the package's SBOM and THIRD-PARTY.md say of it
 
 
 def load_manifests(models_dir: Path) -> dict[str, Manifest]:
@@ -91,7 +92,7 @@ def _parse(data: dict, folder: Path) -> Manifest:
         train = Train(train.step, train.embedder, folder / Path(train.questions).expanduser())
         if files or convert or "source_dir" in data:
             raise ValueError("a [train] manifest has no [[files]], [convert] or source_dir")
-        return Manifest(data["name"], data["role"], data["format"], train=train)
+        return Manifest(data["name"], data["role"], data["format"], train=train, licence=data.get("licence", ""))
     source_dir = data.get("source_dir")
     if source_dir is not None:
         if files or convert:
@@ -111,7 +112,8 @@ def _parse(data: dict, folder: Path) -> Manifest:
     export = _parse_export(data["export"]) if "export" in data else None
     if export is not None and (convert is not None or source_dir is not None):
         raise ValueError("[export] adds a graph to wheel files: not beside [convert] or source_dir")
-    return Manifest(data["name"], data["role"], data["format"], files, convert, source_dir, export=export)
+    return Manifest(data["name"], data["role"], data["format"], files, convert, source_dir, export=export,
+                    licence=data.get("licence", ""))
 
 
 def _parse_export(data: dict) -> Export:

@@ -10,8 +10,8 @@ serve: setup
     {{py}} -m appliance serve
 
 # Run the test suite (real models, real indexes, a real server on loopback, the console in a real chromium, the
-# offline package built, installed and run in a network namespace).
-test: setup browser package-tools
+# offline package built, installed and run in a network namespace, three boxes behind a real HAProxy).
+test: setup browser package-tools cluster-tools
     {{py}} -m pytest -q
 
 # The self-extracting offline package dist/rag-appliance-<version>-<flavour>.run, its .sha256 and SBOM (packaging/).
@@ -40,6 +40,19 @@ package-tools:
         apt-get install -y -qq --no-install-recommends strace iproute2 util-linux gnupg >/dev/null
     else
         echo "run 'sudo apt-get install strace iproute2 util-linux gnupg': the package tests skip without root and them"
+    fi
+
+# Debian's haproxy for the tests of several boxes behind a balancer (packaging/cluster/).
+cluster-tools:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    command -v haproxy >/dev/null && exit 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        apt-get install -y -qq --no-install-recommends haproxy >/dev/null
+    else
+        echo "run 'sudo apt-get install haproxy': the tests of several boxes skip without it"
     fi
 
 # Debian's chromium and firefox-esr for the console's browser tests (no browser download).
@@ -84,6 +97,10 @@ bench-setup: setup
 # peers' published sizes; `--downloads` also measures a fresh clone's downloads. Writes bench/results/package.md.
 bench-package: setup
     {{py}} bench/package.py --downloads
+
+# Several boxes behind HAProxy (1, 2, 3 boxes pinned to their cores) vs one box; bench/results/cluster.md.
+bench-cluster: setup cluster-tools
+    {{py}} bench/cluster.py
 
 # Retrieval benchmark vs faiss+rank_bm25 and txtai; writes bench/results/retrieval.md.
 bench-retrieval: bench-setup

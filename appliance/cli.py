@@ -1,5 +1,5 @@
 """`appliance ...` commands: serve, ingest, search, ask, reindex, eval retrieval|router|cache, keys add,
-cache list|delete; the box's own (models build|quantize, doctor, backup, restore) are in cli_box.
+cache list|delete, cluster config|keys-map|status (cli_cluster); the box's own (models build|quantize, doctor, backup, restore) are in cli_box.
 
 `ingest` and `search` talk to the running server when one answers on the configured address, and otherwise open
 the data folder themselves (it is locked, so the two never write it at once); `ask` and `cache` need the server.
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .cli_box import add_box_commands
+from .cli_cluster import add_cluster_commands
 from .cli_eval import add_eval_commands
 from .client import ApplianceClient, ServerError, ServerUnreachable, base_url
 from .config import ConfigError, Settings, load_settings
@@ -37,6 +38,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(str(exc))
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request: a site's boxes pull every second
     from .library import KindConflict, QuotaExceeded
     from .wiring import DataDirBusy
 
@@ -63,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     add_eval_commands(commands)
     _add_admin_commands(commands)
     add_box_commands(commands)
+    add_cluster_commands(commands)
     return parser
 
 

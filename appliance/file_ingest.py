@@ -64,6 +64,7 @@ class FilesResult:
     indexed_version: int
     files: list[FileOutcome] = field(default_factory=list)
     index_error: str | None = None
+    seq: int = 0  # the store journal's last entry for this write (0: nothing changed)
 
     @property
     def indexed(self) -> bool:
@@ -109,7 +110,7 @@ class FileIngester:
             outcomes[i] = FileOutcome(files[i].name, doc.key, status.status, status.chunks, doc.file.format,
                                       doc.file.pages, digests[i])
         return FilesResult(tenant, partition, written.version, written.indexed_version,
-                           [outcomes[i] for i in range(len(files))], written.index_error)
+                           [outcomes[i] for i in range(len(files))], written.index_error, written.seq)
 
     def _refused(self, files: list[FileInput]) -> dict[int, FileOutcome]:
         """Files refused before parsing: past the size limit, or an id already used in the request."""

@@ -48,6 +48,7 @@ class IngestResult:
     indexed_version: int
     documents: list[DocumentStatus] = field(default_factory=list)
     index_error: str | None = None  # the documents are stored; the index catches up on the next write or boot
+    seq: int = 0  # the store journal's last entry for this write (0: nothing changed); what a peer box must apply
 
     @property
     def indexed(self) -> bool:
@@ -125,16 +126,19 @@ class Library:
 
     async def write(self, tenant: str, partition: str, prepared: list[NewDocument], kind: str | None = None,
                     wait: bool = True, wait_timeout_s: float | None = None,
-                    files: dict[str, bytes] | None = None, *, language: str | None = None) -> IngestResult:
+                    files: dict[str, bytes] | None = None, *, language: str | None = None,
+                    origin: str | None = None) -> IngestResult:
         """Store prepared documents (with the original bytes of those that came from files, by sha256), then
-        index them as `ingest` does. A file no document refers to any more (replaced) is removed."""
+        index them as `ingest` does. A file no document refers to any more (replaced) is removed. `origin`: the
+        peer box a replicated write comes from (it checked the quotas when its client wrote)."""
         async with self._admit_lock:
-            record, decided = await asyncio.to_thread(self._admit, tenant, partition, kind, language, prepared)
+            record, decided = await asyncio.to_thread(self._admit, tenant, partition, kind, language, prepared,
+                                                      origin is None)
             replaced = await asyncio.to_thread(self.store.file_documents, record.id, [d.key for d in prepared])
             for sha256, data in (files or {}).items():
                 await asyncio.to_thread(self.blobs.put, data, sha256)
             try:
-                written = await asyncio.to_thread(self.store.upsert_documents, record.id, prepared)
+                written = await asyncio.to_thread(self.store.upsert_documents, record.id, prepared, origin)
             except BaseException:  # not stored (a full disk): the files written for it go too
                 await asyncio.to_thread(self._discard_files, list(files or {}))
                 raise
@@ -145,7 +149,7 @@ class Library:
                          "as asked" if language == decided else "detected from its first documents")
         indexer = self._refresh_record(record.id)
         indexed, error = await self._index(indexer, written.version, wait, wait_timeout_s)
-        return IngestResult(tenant, partition, written.version, indexed, written.documents, error)
+        return IngestResult(tenant, partition, written.version, indexed, written.documents, error, written.seq)
 
     def _discard_files(self, sha256s: list[str]) -> None:
         for sha256 in set(sha256s):
@@ -153,18 +157,19 @@ class Library:
                 self.blobs.discard(sha256)
 
     async def delete(self, tenant: str, key: str, partition: str | None = None, wait: bool = True,
-                     wait_timeout_s: float | None = None) -> list[IngestResult]:
+                     wait_timeout_s: float | None = None, origin: str | None = None) -> list[IngestResult]:
         results = []
         for record in await asyncio.to_thread(self.store.document_keys, tenant, key):
             if partition is not None and record.name != partition:
                 continue
             async with self._admit_lock:
                 files = await asyncio.to_thread(self.store.file_documents, record.id, [key])
-                written = await asyncio.to_thread(self.store.delete_documents, record.id, [key])
+                written = await asyncio.to_thread(self.store.delete_documents, record.id, [key], origin)
                 await asyncio.to_thread(self._discard_files, [d.file.sha256 for d in files if d.file])
             indexer = self._refresh_record(record.id)
             indexed, error = await self._index(indexer, written.version, wait, wait_timeout_s)
-            results.append(IngestResult(tenant, record.name, written.version, indexed, written.documents, error))
+            results.append(IngestResult(tenant, record.name, written.version, indexed, written.documents, error,
+                                        written.seq))
         return results
 
     async def reindex(self, tenant: str | None = None, partition: str | None = None,
@@ -197,13 +202,13 @@ class Library:
         return results
 
     def _admit(self, tenant: str, name: str, kind: str | None, language: str | None,
-               prepared: list[NewDocument]) -> tuple[Partition, str | None]:
+               prepared: list[NewDocument], quotas: bool = True) -> tuple[Partition, str | None]:
         """The partition to write into, once the write is known to fit the quotas (store reads: a worker thread),
         and the language it takes if it is still `auto`: the one asked, else that of the first documents with
         text (None: still undecided)."""
         existing = self.store.get_partition(tenant, name)
         q = self._quota
-        if q.max_documents or q.max_partitions or q.max_text_bytes:
+        if quotas and (q.max_documents or q.max_partitions or q.max_text_bytes):
             _check_quota(q, self.store, tenant, existing, prepared)
         asked = language if language not in (None, AUTO) else None
         if existing is not None and asked is not None and existing.language not in (AUTO, asked):

@@ -24,6 +24,7 @@ import threadpoolctl
 from .answer import Answerer, AskRequest, Event
 from .cache import CacheAdmin, EmbeddingCache, ExactCache, SemanticCache, SemanticParams, SingleFlight
 from .cached_answers import CachedAnswerer
+from .cluster import Replicator, Site, load_secret
 from .config import ParseSettings, Settings
 from .encode import CharVectors, EncoderSet, GraphChoice, MicroBatcher, load_encoder
 from .generate import EngineSet, Router, build_vllm_engines, warm_up_prompts
@@ -72,6 +73,7 @@ class Services:
     engines: EngineSet  # empty when generation is off
     cache_admin: CacheAdmin
     boot: BootReport
+    cluster: Replicator | None = None  # on a site of several boxes (cluster.boxes): the tenants' second copies
 
 
 @contextlib.asynccontextmanager
@@ -95,10 +97,11 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
         library = Library(store, encoders, tokenizer, s.index_dir, s.index, s.chunking, s.encoder.ingest_batch,
                           s.quota, BlobStore(s.files_dir))
         await library.open()
+        cluster = await _open_cluster(s, library, stack) if s.cluster.boxes else None
         parser = ParserPool(s.parse.workers, s.parse.timeout_s, s.parse.max_memory_mib, parse_limits(s.parse))
         stack.push_async_callback(parser.close)
         files = FileIngester(library, parser, s.chunking, s.parse.max_file_bytes)
-        if s.demo_corpus and not store.partitions():
+        if s.demo_corpus and cluster is None and not store.partitions():  # a site's tenants are placed, not demo
             await _ingest_samples(library)
         executor = ThreadPoolExecutor(s.retrieve.search_threads, thread_name_prefix="search")
         stack.callback(executor.shutdown, wait=True)
@@ -124,7 +127,19 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
         boot = BootReport(ms_since(started), warm, graphs)
         log.info("ready in %.0f ms: %d partitions", boot.boot_ms, len(library.partitions()))
         admin = CacheAdmin(semantic, caches.exact, caches.embeddings) if caches else CacheAdmin(None)
-        yield Services(s, library, files, retriever, questions, answers, engines, admin, boot)
+        yield Services(s, library, files, retriever, questions, answers, engines, admin, boot, cluster)
+
+
+async def _open_cluster(s: Settings, library: Library, stack: contextlib.AsyncExitStack) -> Replicator:
+    """This box's part of the site: caught up from its peers' journals (as far as they answer), then pulling."""
+    site = Site(s.cluster.members, s.cluster.self)
+    cluster = Replicator(site, s.cluster, await asyncio.to_thread(load_secret, s.cluster.secret_file), library)
+    stack.push_async_callback(cluster.stop)
+    started = time.perf_counter()
+    await cluster.catch_up()
+    log.info("cluster: box %s of %d, caught up in %.0f ms", site.me.name, len(site.boxes), ms_since(started))
+    cluster.start()
+    return cluster
 
 
 def parse_limits(settings: ParseSettings) -> ParseLimits:

@@ -17,7 +17,7 @@ LAYERS = {
     "cache": 3,
     "retrieve": 4,
     "generate": 5, "models": 5,
-    "serve": 8, "cli": 9, "cli_eval": 9, "cli_ingest": 9, "__main__": 9,
+    "serve": 8, "cli": 9, "cli_eval": 9, "cli_ingest": 9, "cli_cluster": 9, "__main__": 9,
 }
 ABOVE_STAGES = 7
 MAX_MODULE_LINES = 400

@@ -16,7 +16,7 @@ import typing
 from pathlib import Path
 from typing import Any, Mapping
 
-from .sections import ENGINE_ROLES, EngineSettings, Settings
+from .sections import ENGINE_ROLES, ClusterBox, EngineSettings, Settings
 
 ENV_PREFIX = "APPLIANCE_"
 
@@ -69,6 +69,7 @@ _POSITIVE = {
     ("cache", "single_flight_wait_s"), ("admission", "rate_per_s"), ("admission", "burst"),
     ("admission", "max_in_flight"), ("admission", "wait_budget_s"), ("server", "body_timeout_s"),
     ("server", "body_min_bytes_per_s"), ("server", "max_connections"), ("server", "keep_alive_s"),
+    ("cluster", "sync_timeout_s"), ("cluster", "pull_interval_s"), ("cluster", "catch_up_timeout_s"),
     *((engine, name) for engine in ("small", "large") for name in _ENGINE_POSITIVE),
 }
 
@@ -89,6 +90,9 @@ def load_settings(path: str | Path | None = None, env: Mapping[str, str] | None 
     settings = _build(Settings, raw, "", env, errors)
     if not errors:
         errors.extend(_validate(settings))
+    if not errors and settings.cluster.boxes:
+        members = _read_boxes(Path(settings.cluster.boxes), settings.cluster.self, errors)
+        settings = dataclasses.replace(settings, cluster=dataclasses.replace(settings.cluster, members=members))
     if errors:
         raise ConfigError("invalid settings:\n  " + "\n  ".join(errors))
     return settings
@@ -233,6 +237,17 @@ def _validate(settings: Settings) -> list[str]:
     if settings.telemetry.otel_exporter == "otlp" and not settings.telemetry.otel_endpoint:
         errors.append("telemetry.otel_endpoint: must be set when telemetry.otel_exporter = \"otlp\"")
     errors.extend(_validate_engines(settings))
+    errors.extend(_cluster_errors(settings.cluster))
+    return errors
+
+
+def _cluster_errors(cluster) -> list[str]:
+    if not cluster.boxes:
+        return [] if not cluster.self else ["cluster.self: set without cluster.boxes (the file listing the boxes)"]
+    errors = [f"cluster.{name}: required with cluster.boxes" for name in ("self", "secret_file")
+              if not getattr(cluster, name)]
+    if cluster.drain_grace_s < 0:
+        errors.append("cluster.drain_grace_s: must be 0 or more")
     return errors
 
 
@@ -262,6 +277,52 @@ def _validate_engines(settings: Settings) -> list[str]:
     if not 0 <= settings.generate.temperature <= 2:
         errors.append("generate.temperature: must be between 0 and 2")
     return errors
+
+
+_BOX_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")  # goes into HAProxy's configuration and a response header
+_BOX_URL = re.compile(r"https?://[A-Za-z0-9.\-]+(:\d{1,5})?/?")
+
+
+def load_boxes(path: Path) -> tuple[ClusterBox, ...]:
+    """A boxes file on its own (for tools that print a site's configuration); ConfigError if it is wrong."""
+    errors: list[str] = []
+    boxes = _read_boxes(Path(path), None, errors)
+    if errors:
+        raise ConfigError("\n".join(errors))
+    return boxes
+
+
+def _read_boxes(path: Path, self_name: str | None, errors: list[str]) -> tuple[ClusterBox, ...]:
+    """The site's boxes, from a TOML file of [[box]] tables (`name`, `url`), the same file on every box."""
+    where = f"cluster.boxes ({path})"
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        errors.append(f"{where}: file not found")
+        return ()
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        errors.append(f"{where}: not valid TOML: {exc}")
+        return ()
+    entries = raw.get("box")
+    if not isinstance(entries, list) or not entries or set(raw) - {"box"}:
+        errors.append(f"{where}: expected [[box]] tables (name, url) and nothing else")
+        return ()
+    boxes: list[ClusterBox] = []
+    for number, entry in enumerate(entries, 1):
+        name, url = (entry.get("name"), entry.get("url")) if isinstance(entry, dict) else (None, None)
+        if set(entry if isinstance(entry, dict) else ()) - {"name", "url"}:
+            errors.append(f"{where}: box {number}: only `name` and `url` are known")
+        elif not isinstance(name, str) or not _BOX_NAME.fullmatch(name):
+            errors.append(f"{where}: box {number}: `name` must be lowercase letters, digits, - or _ (up to 63)")
+        elif not isinstance(url, str) or not _BOX_URL.fullmatch(url):
+            errors.append(f"{where}: box {number} ({name}): `url` must be http://host:port")
+        elif any(b.name == name for b in boxes):
+            errors.append(f"{where}: box {name!r} listed twice")
+        else:
+            boxes.append(ClusterBox(name, url.rstrip("/")))
+    if boxes and self_name is not None and self_name not in {b.name for b in boxes}:
+        errors.append(f"cluster.self: {self_name!r} is not a box of {path} ({', '.join(b.name for b in boxes)})")
+    return tuple(boxes)
 
 
 def _is_ipv6(text: str) -> bool:

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -30,6 +31,7 @@ from .metrics import Metrics
 from .origin import HostPolicy, OriginCheck
 from .routes import BODY_TYPES, ROUTES
 from .schemas import openapi
+from .site import BoxHeader, drain_on_sigterm
 from .telemetry import Telemetry
 from .watch import BodyPace
 
@@ -47,6 +49,8 @@ def create_app(settings: Settings, open_services: OpenServices = wiring.open_ser
         try:
             async with contextlib.AsyncExitStack() as stack:  # closes the services once the server has drained
                 stack.enter_context(reload_on_hangup(edge.gate.keys))
+                if settings.cluster.boxes:
+                    drain_on_sigterm(settings.cluster.drain_grace_s, lambda: setattr(app.state, "draining", True))
                 task = asyncio.create_task(_boot(app, edge, stack, open_services))
                 try:
                     yield
@@ -61,13 +65,21 @@ def create_app(settings: Settings, open_services: OpenServices = wiring.open_ser
             edge.telemetry.shutdown()
 
     # Admission first: a refusal for a foreign Host or Origin still gets a request id and a request-log line
+    me = next((b for b in settings.cluster.members if b.name == settings.cluster.self), None)
     middleware = [Middleware(Admission, gate=edge.gate, routes=ROUTES),
-                  Middleware(OriginCheck, policy=HostPolicy(settings.server), routes=ROUTES,
-                             on_reject=edge.metrics.rejected, body_types=BODY_TYPES)]
+                  Middleware(OriginCheck, policy=HostPolicy(settings.server, (_host(me.url),) if me else ()),
+                             routes=ROUTES, on_reject=edge.metrics.rejected, body_types=BODY_TYPES)]
+    if me is not None:  # outermost: every response says which box of the site answered, refusals included
+        middleware.insert(0, Middleware(BoxHeader, name=me.name))
     app = Starlette(routes=ROUTES, lifespan=lifespan, exception_handlers=EXCEPTION_HANDLERS, middleware=middleware)
     app.state.edge = edge
     app.state.boot = BootState(Phase.STARTING)
+    app.state.draining = False  # SIGTERM on a site's box: /readyz 503 while requests in progress finish
     return app
+
+
+def _host(url: str) -> str:
+    return urlsplit(url).hostname or ""
 
 
 def server_options(settings: Settings) -> dict[str, Any]:

@@ -82,8 +82,21 @@ def tenant_of(request: Request, given: str | None, field: str = "tenant") -> str
         raise ApiError.forbidden(f"this API key belongs to tenant {key_tenant!r}", field)
     else:
         tenant = key_tenant
+    services = getattr(request.app.state, "services", None)
+    if services is not None and services.cluster is not None and (home := services.cluster.misdirected(tenant)):
+        raise ApiError.misdirected(tenant, home.name)
     request.state.record.tenant = tenant
     return tenant
+
+
+async def copies_json(request: Request, tenant: str, seq: int) -> dict[str, Any]:
+    """On a site of several boxes: wait for the tenant's other box to store the write (or queue it there), and say
+    where it is; {} on a box on its own."""
+    cluster = require_ready(request).cluster
+    if cluster is None:
+        return {}
+    copies = await cluster.replicate(tenant, seq)
+    return {"copies": {"stored": list(copies.stored), "queued": list(copies.queued)}}
 
 
 def tenant_param(request: Request) -> str:

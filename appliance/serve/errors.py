@@ -56,6 +56,12 @@ class ApiError(Exception):
         return cls(403, "forbidden", message, field)
 
     @classmethod
+    def misdirected(cls, tenant: str, home: str) -> "ApiError":
+        """421: on a site of several boxes, this box holds no copy of the tenant (the balancer sends it home)."""
+        return cls(421, "misdirected", f"tenant {tenant!r} lives on box {home!r}, not on this one: send its "
+                   "requests through the site's balancer (or with X-Tenant)", "tenant", {"X-Appliance-Home": home})
+
+    @classmethod
     def not_found(cls, message: str, field: str | None = None) -> "ApiError":
         return cls(404, "not_found", message, field)
 

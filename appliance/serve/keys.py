@@ -88,6 +88,10 @@ class ApiKeys:
         callers, stamp = _read(Path(path))
         return cls(callers, Path(path), stamp)
 
+    def tenant_hashes(self) -> list[tuple[str, str]]:
+        """(sha256 of the key, tenant) of every tenant key: what a balancer maps a key to its tenant with."""
+        return [(digest, c.tenant) for digest, c in self._callers.items() if c.tenant is not None]
+
     def caller_for(self, key: str) -> Caller | None:
         self._maybe_check()
         # Looked up by hash: how long the lookup takes depends on the digest, not on how close a guess came.

@@ -30,8 +30,9 @@ _WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})  # a bind address that is eve
 class HostPolicy:
     """Which host names a request may be addressed to, and a page may come from."""
 
-    def __init__(self, server: ServerSettings):
-        names = {host_name(h) for h in server.allowed_hosts}
+    def __init__(self, server: ServerSettings, also: tuple[str, ...] = ()):
+        """`also`: further names, e.g. the one the site's other boxes use for this one (cluster.members)."""
+        names = {host_name(h) for h in (*server.allowed_hosts, *also)}
         if server.host not in _WILDCARD_BINDS:  # bound to one address: clients use that one
             names.add(host_name(server.host))
         self.names = frozenset(names - {""})

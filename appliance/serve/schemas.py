@@ -28,6 +28,8 @@ ERRORS: dict[int, tuple[str, str, dict]] = {
                        "this server answers (loopback, server.host, server.allowed_hosts)", {}),
     404: ("NotFound", "No such item", {}),
     409: ("Conflict", "Conflicts with stored state", {}),
+    421: ("Misdirected", "On a site of several boxes: this box holds no copy of the tenant (X-Appliance-Home names "
+                         "its home box; send requests through the site's balancer)", {}),
     413: ("BodyTooLarge", "Body larger than the route's limit (server.max_body_bytes for documents, "
                           "max_query_body_bytes for search and ask, max_chat_body_bytes for chat), or with more "
                           "than server.max_json_values values", {}),
@@ -38,7 +40,8 @@ ERRORS: dict[int, tuple[str, str, dict]] = {
 }
 ANY_ERRORS = (403,)  # any request: a Host or Origin that is not allowed
 V1_ERRORS = (401, 429, 503)  # any /v1/* request may meet these (admission, then readiness)
-TENANT_ERRORS = (403, 422)  # any request naming a tenant (a wrong name, or another than the API key's)
+# any request naming a tenant (a wrong name, another than the API key's, or one placed on other boxes)
+TENANT_ERRORS = (403, 421, 422)
 BODY_ERRORS = (400, 413, 415, 422)  # any request with a JSON body
 
 
@@ -156,12 +159,33 @@ def operations(settings: Settings) -> list[Operation]:
                   ok_schema={"type": "string"}, ok_media=("text/plain",), errors=(401,)),
         Operation("get", "/healthz", "The process is up", "Alive"),
         Operation("get", "/readyz", "Warm-up is done and requests are served", "Ready", extra={"503": {
-            "description": "Starting, stopping, or boot failed (then error says why)",
+            "description": "Starting (on a site: catching up from the other boxes), draining after SIGTERM, "
+                           "stopping, or boot failed (then error says why)",
             "content": {"application/json": {"schema": {"type": "object", "required": ["status"], "properties": {
-                "status": {"type": "string", "enum": ["starting", "stopping", "failed"]},
+                "status": {"type": "string", "enum": ["starting", "draining", "stopping", "failed"]},
                 "error": {"type": "string"}}}}}}}),
         Operation("get", "/openapi.json", "This document", "OpenAPI 3.0 document"),
         *_console_operations(),
+        *_cluster_operations(),
+    ]
+
+
+def _cluster_operations() -> list[Operation]:
+    """Between the boxes of a site only (the cluster secret as the bearer token; the balancer refuses them)."""
+    box = Param("box", "query", Spec("string", "The asking box's name.", required=True, max=63))
+    return [
+        Operation("get", "/cluster/journal", "This box's journal after an entry, for the tenants the asking box "
+                  "holds, with each document's current state", "Entries, `next` and `more`", errors=(401, 404, 422),
+                  params=(Param("after", "query", Spec("integer", "The last entry applied.", min=0)), box)),
+        Operation("get", "/cluster/files/{sha256}", "An original file this box holds", "The bytes",
+                  ok_schema={"type": "string", "format": "binary"}, ok_media=("application/octet-stream",),
+                  errors=(401, 404), params=(Param("sha256", "path", Spec("string", "The file's sha256.",
+                                                                           required=True, max=64)),)),
+        Operation("post", "/cluster/sync", "Pull from the asking box now; answer once its entry `seq` is applied "
+                  "(or after cluster.sync_timeout_s)", "The last entry applied", errors=(400, 401, 404, 413),
+                  extra={}),
+        Operation("get", "/cluster/status", "Where this box's tenants live and how far each peer is behind",
+                  "The status", errors=(401, 404)),
     ]
 
 

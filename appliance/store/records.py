@@ -81,6 +81,7 @@ class WriteResult:
     partition_id: int
     version: int
     documents: list[DocumentStatus]
+    seq: int = 0  # the last journal entry this write added (0: it changed nothing)
 
 
 @dataclass(slots=True, frozen=True)
@@ -108,3 +109,17 @@ class FileDocument:
     metadata: dict[str, Any]
     time: float
     file: SourceFile | None
+
+
+@dataclass(slots=True, frozen=True)
+class JournalChange:
+    """One journal entry as a peer box applies it: what changed and, unless deleted, the document as stored now
+    (None: deleted since, and a later entry says so)."""
+    seq: int
+    op: str  # created, updated, deleted
+    tenant: str
+    partition: str
+    kind: str
+    language: str
+    key: str
+    document: NewDocument | None

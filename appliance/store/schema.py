@@ -59,6 +59,12 @@ CREATE TABLE IF NOT EXISTS journal (
     version INTEGER NOT NULL,
     op TEXT NOT NULL,
     doc_key TEXT NOT NULL,
+    at REAL NOT NULL,
+    origin TEXT  -- the box a replicated write came from (appliance/cluster/); NULL for this box's own clients
+);
+CREATE TABLE IF NOT EXISTS peer_cursors (
+    peer TEXT PRIMARY KEY,  -- another box of the site
+    seq INTEGER NOT NULL,  -- the last entry of its journal applied here
     at REAL NOT NULL
 );
 """
@@ -73,6 +79,7 @@ _ADDED_COLUMNS = [
     *(("documents", name, kind, None) for name, kind in (
         ("file_name", "TEXT"), ("file_sha256", "TEXT"), ("file_format", "TEXT"), ("file_size", "INTEGER"),
         ("file_pages", "INTEGER"), ("parser_version", "INTEGER"))),
+    ("journal", "origin", "TEXT", None),
     *(("chunks", name, kind, None) for name, kind in (("page", "INTEGER"), ("page_end", "INTEGER"),
                                                        ("section", "TEXT"))),
 ]
@@ -81,7 +88,7 @@ _ADDED_COLUMNS = [
 def create_or_migrate(conn: sqlite3.Connection) -> None:
     """Create the tables, or bring an older store's up to date (new columns, filled in one transaction)."""
     existing = {table: {row["name"] for row in conn.execute(f"PRAGMA table_info({table})")}
-                for table in ("partitions", "documents", "chunks")}
+                for table in ("partitions", "documents", "chunks", "journal")}
     missing = [c for c in _ADDED_COLUMNS if existing[c[0]] and c[1] not in existing[c[0]]]
     if missing:
         with transaction(conn) as db:

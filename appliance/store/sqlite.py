@@ -11,10 +11,11 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
-from .records import (ChunkRow, DocumentStatus, FileDocument, NewDocument, Partition, StoredDocument, TenantUsage,
-                      WriteResult)
+from . import journal as feed
+from .records import (ChunkRow, DocumentStatus, FileDocument, JournalChange, NewDocument, Partition, StoredDocument,
+                      TenantUsage, WriteResult)
 from .schema import create_or_migrate, file_of, file_values, partition_of, place_of, place_values, transaction
 
 
@@ -94,9 +95,12 @@ class Store:
 
     # -- writes -------------------------------------------------------------------------------------------------
 
-    def upsert_documents(self, partition_id: int, documents: Iterable[NewDocument]) -> WriteResult:
-        """Insert or replace documents in one transaction. Same content hash again changes nothing."""
+    def upsert_documents(self, partition_id: int, documents: Iterable[NewDocument],
+                         origin: str | None = None) -> WriteResult:
+        """Insert or replace documents in one transaction. Same content hash again changes nothing. `origin`: the
+        box a replicated write came from (journalled as such, so it is not sent back there)."""
         now = time.time()
+        seq = 0
         statuses: list[DocumentStatus] = []
         with self._write_lock, transaction(self._writer) as db:
             version = db.execute("SELECT version FROM partitions WHERE id = ?", (partition_id,)).fetchone()[0]
@@ -134,10 +138,10 @@ class Store:
                     )
                     op = "updated"
                 _insert_chunks(db, doc_id, partition_id, doc)
-                db.execute(
-                    "INSERT INTO journal (partition_id, version, op, doc_key, at) VALUES (?,?,?,?,?)",
-                    (partition_id, new_version, op, doc.key, now),
-                )
+                seq = db.execute(
+                    "INSERT INTO journal (partition_id, version, op, doc_key, at, origin) VALUES (?,?,?,?,?,?)",
+                    (partition_id, new_version, op, doc.key, now, origin),
+                ).lastrowid
                 statuses.append(DocumentStatus(doc.key, op, len(doc.chunks)))
             if times:
                 db.execute(
@@ -148,10 +152,11 @@ class Store:
                 )
             else:
                 new_version = version
-        return WriteResult(partition_id=partition_id, version=new_version, documents=statuses)
+        return WriteResult(partition_id=partition_id, version=new_version, documents=statuses, seq=seq)
 
-    def delete_documents(self, partition_id: int, keys: Iterable[str]) -> WriteResult:
+    def delete_documents(self, partition_id: int, keys: Iterable[str], origin: str | None = None) -> WriteResult:
         now = time.time()
+        seq = 0
         statuses: list[DocumentStatus] = []
         with self._write_lock, transaction(self._writer) as db:
             version = db.execute("SELECT version FROM partitions WHERE id = ?", (partition_id,)).fetchone()[0]
@@ -164,15 +169,15 @@ class Store:
                     continue
                 db.execute("DELETE FROM chunks WHERE document_id = ?", (row["id"],))
                 db.execute("DELETE FROM documents WHERE id = ?", (row["id"],))
-                db.execute(
-                    "INSERT INTO journal (partition_id, version, op, doc_key, at) VALUES (?,?,?,?,?)",
-                    (partition_id, version + 1, "deleted", key, now),
-                )
+                seq = db.execute(
+                    "INSERT INTO journal (partition_id, version, op, doc_key, at, origin) VALUES (?,?,?,?,?,?)",
+                    (partition_id, version + 1, "deleted", key, now, origin),
+                ).lastrowid
                 statuses.append(DocumentStatus(key, "deleted", 0))
             if any(s.status == "deleted" for s in statuses):
                 version += 1
                 db.execute("UPDATE partitions SET version = ?, updated_at = ? WHERE id = ?", (version, now, partition_id))
-        return WriteResult(partition_id=partition_id, version=version, documents=statuses)
+        return WriteResult(partition_id=partition_id, version=version, documents=statuses, seq=seq)
 
     # -- reads --------------------------------------------------------------------------------------------------
 
@@ -294,6 +299,25 @@ class Store:
             (partition_id, limit),
         ).fetchall()
         return [dict(r) for r in rows]
+
+    # -- the journal as a change feed for the site's other boxes (journal.py) ----------------------------------
+
+    def changes_after(self, after: int, peer: str, wanted: Callable[[str], bool], limit: int = 200,
+                      max_chars: int = 4_000_000) -> tuple[list[JournalChange], int, bool]:
+        return feed.changes_after(self._reader(), after, peer, wanted, limit, max_chars)
+
+    def pending_by_tenant(self, after: int, peer: str) -> dict[str, int]:
+        return feed.pending_by_tenant(self._reader(), after, peer)
+
+    def journal_head(self) -> int:
+        return feed.journal_head(self._reader())
+
+    def peer_cursor(self, peer: str) -> int:
+        return feed.peer_cursor(self._reader(), peer)
+
+    def set_peer_cursor(self, peer: str, seq: int) -> None:
+        with self._write_lock:
+            feed.set_peer_cursor(self._writer, peer, seq)
 
 
 def _insert_chunks(db: sqlite3.Connection, doc_id: int, partition_id: int, doc: NewDocument) -> None:

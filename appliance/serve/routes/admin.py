@@ -24,6 +24,8 @@ async def readyz(request: Request) -> JSONResponse:
     """200 once warm-up is done; 503 while starting or stopping, or after a failed boot (with the error), so a
     probe can tell "starting" from "dead" while the port is already open."""
     boot: BootState = request.app.state.boot
+    if request.app.state.draining:  # the balancer moves new requests away; those in progress finish
+        return JSONResponse({"status": "draining"}, status_code=503)
     if boot.phase is Phase.READY:
         report = request.app.state.services.boot
         graphs = {name: {"query": g.query, "passage": g.passage, "query_ms": g.query_ms, "passage_ms": g.passage_ms}

@@ -9,7 +9,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ...library import KindConflict, LanguageConflict, QuotaExceeded
-from ..edge import edge, name_param, read_body, require_ready, tenant_param
+from ..edge import copies_json, edge, name_param, read_body, require_ready, tenant_param
 from ..errors import ApiError
 from ..requests import IngestBody
 from ..responses import document_json, ingest_json
@@ -31,7 +31,8 @@ async def post_documents(request: Request) -> JSONResponse:
         raise ApiError.quota_exceeded(str(exc), exc.field) from None
     # 202: stored (durable) but not searchable yet: the client said not to wait, the build took longer than
     # server.ingest_wait_timeout_s, or it failed (index_error)
-    return JSONResponse(ingest_json(result), status_code=200 if result.indexed else 202)
+    reply = ingest_json(result) | await copies_json(request, body.tenant, result.seq)
+    return JSONResponse(reply, status_code=200 if result.indexed else 202)
 
 
 async def delete_document(request: Request) -> JSONResponse:
@@ -45,7 +46,7 @@ async def delete_document(request: Request) -> JSONResponse:
         raise ApiError.not_found(f"no document {key!r} for tenant {tenant!r}", "id")
     deleted = [{"partition": r.partition, "version": r.version, "indexed": r.indexed,
                 **({"index_error": r.index_error} if r.index_error else {})} for r in done]
-    body: dict = {"id": key, "deleted": deleted}
+    body: dict = {"id": key, "deleted": deleted} | await copies_json(request, tenant, max(r.seq for r in done))
     errors = [r.index_error for r in done if r.index_error]
     if errors:
         body["index_error"] = errors[0]

@@ -12,7 +12,7 @@ from starlette.routing import Route
 from ...file_ingest import FileInput
 from ...library import KindConflict, LanguageConflict, QuotaExceeded
 from ...parse import MEDIA_TYPES, Format, ParseErrorCode
-from ..edge import NAME, edge, name_param, require_ready, tenant_of, tenant_param
+from ..edge import NAME, copies_json, edge, name_param, require_ready, tenant_of, tenant_param
 from ..errors import ApiError
 from ..responses import files_json
 from ..body_schemas import DOCUMENT_ID, LANGUAGE_CHOICES
@@ -59,6 +59,7 @@ async def post_files(request: Request) -> JSONResponse:
         if status == 415:
             body["supported"] = SUPPORTED
         return JSONResponse(body, status_code=status)
+    body |= await copies_json(request, tenant, result.seq)
     # 202 as for POST /v1/documents: stored, but not searchable yet
     return JSONResponse(body, status_code=200 if result.indexed else 202)
 

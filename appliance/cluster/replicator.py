@@ -1,0 +1,237 @@
+"""Two copies of every tenant: this box pulls, from each peer's journal, what the tenants they share have changed.
+
+Pull, not push: each box keeps, per peer, the last journal entry of that peer it applied (in its own store), and
+asks for what follows. The journal entries are written in the same transaction as the documents, so the journal
+is the durable outbox; a box that was down asks from where it stopped, before it says ready. An ingest waits
+(up to cluster.sync_timeout_s) for the tenant's other box to have applied it, by asking that box to pull now;
+a box that does not answer in time gets the write later, and the ingest says it is queued.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import time
+from dataclasses import dataclass, field
+from itertools import groupby
+
+import httpx
+
+from ..config import ClusterBox, ClusterSettings
+from ..library import KindConflict, LanguageConflict, Library
+from ..store import JournalChange
+from .placement import Site
+from .wire import WireError, change_json, change_of
+
+log = logging.getLogger("appliance.cluster")
+FEED_LIMIT = 200  # journal entries per pull
+
+
+@dataclass(slots=True, frozen=True)
+class Copies:
+    """Where a write is: stored durably on these boxes, and queued (in this box's journal) for those."""
+    stored: tuple[str, ...]
+    queued: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class PeerState:
+    box: ClusterBox
+    applied: int  # the last entry of its journal applied here
+    error: str | None = None  # why the last pull failed
+    asked_after: int | None = None  # what it last asked of this box's journal (its cursor here), since boot
+    asked_at: float | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    advanced: asyncio.Condition = field(default_factory=asyncio.Condition)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
+class Replicator:
+    def __init__(self, site: Site, settings: ClusterSettings, secret: str, library: Library):
+        self.site, self.settings, self.library = site, settings, library
+        self._secret = secret
+        self._client = httpx.AsyncClient(headers={"authorization": f"Bearer {secret}"}, timeout=30,
+                                         trust_env=False)  # no proxy from the environment between boxes
+        store = library.store
+        self.peers = {b.name: PeerState(b, store.peer_cursor(b.name)) for b in site.peers}
+        self._tasks: list[asyncio.Task] = []
+
+    def authorized(self, header: str) -> bool:
+        scheme, _, given = header.partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self._secret.encode())
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+
+    async def catch_up(self) -> dict[str, str]:
+        """Before this box says ready: everything each peer has for its tenants, indexed. A peer that does not
+        answer is skipped (the whole site may be starting); its entries come with the background pulls."""
+        async def one(peer: PeerState) -> tuple[str, str]:
+            try:
+                await asyncio.wait_for(self.pull(peer, index=True), self.settings.catch_up_timeout_s)
+                return peer.box.name, f"caught up to entry {peer.applied}"
+            except (httpx.HTTPError, WireError, TimeoutError) as exc:
+                return peer.box.name, f"not caught up ({type(exc).__name__}: {exc}); pulling in the background"
+
+        outcome = dict(await asyncio.gather(*(one(p) for p in self.peers.values())))
+        for name, how in outcome.items():
+            log.info("cluster: peer %s: %s", name, how)
+        return outcome
+
+    def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._pull_forever(p), name=f"pull-{p.box.name}")
+                       for p in self.peers.values()]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self._client.aclose()
+
+    async def _pull_forever(self, peer: PeerState) -> None:
+        while True:
+            try:
+                await self.pull(peer)
+                if peer.error is not None:
+                    log.info("cluster: peer %s reachable again, applied to entry %d", peer.box.name, peer.applied)
+                peer.error = None
+            except Exception as exc:  # unreachable, a bad feed, a full disk: kept pulling, said once per spell
+                if peer.error is None:
+                    log.warning("cluster: cannot pull from %s: %s: %s", peer.box.name, type(exc).__name__, exc,
+                                exc_info=not isinstance(exc, (httpx.HTTPError, WireError, OSError)))
+                peer.error = f"{type(exc).__name__}: {exc}"
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(peer.wake.wait(), self.settings.pull_interval_s)
+            peer.wake.clear()
+
+    # -- pulling and applying -----------------------------------------------------------------------------------
+
+    async def pull(self, peer: PeerState, index: bool = False) -> int:
+        """Apply what `peer` has after the last entry applied, until it has nothing more; `index`: wait until
+        it is searchable too (at boot). Returns the last entry applied."""
+        async with peer.lock:
+            while True:
+                reply = await self._client.get(f"{peer.box.url}/cluster/journal",
+                                               params={"after": peer.applied, "box": self.site.me.name})
+                reply.raise_for_status()
+                body = reply.json()
+                changes = [change_of(c) for c in body["changes"]]
+                await self._apply(peer.box, changes, index)
+                if body["next"] > peer.applied:
+                    await asyncio.to_thread(self.library.store.set_peer_cursor, peer.box.name, body["next"])
+                    async with peer.advanced:
+                        peer.applied = body["next"]
+                        peer.advanced.notify_all()
+                if not body["more"]:
+                    return peer.applied
+
+    async def _apply(self, peer: ClusterBox, changes: list[JournalChange], index: bool) -> None:
+        """Consecutive entries of one partition are applied as one write (or one delete per document)."""
+        def run_of(c: JournalChange) -> tuple:
+            return c.tenant, c.partition, c.op == "deleted"
+
+        for (tenant, partition, deleted), run in groupby(changes, key=run_of):
+            entries = list(run)
+            if deleted:
+                for change in entries:
+                    await self.library.delete(tenant, change.key, partition, wait=index, origin=peer.name)
+                continue
+            latest = {c.key: c for c in entries if c.document is not None}  # the same state, read once each
+            docs = [c.document for c in latest.values() if c.document is not None]
+            if not docs:
+                continue
+            files = {}
+            for sha256 in {d.file.sha256 for d in docs if d.file} - set(await self._local_files(docs)):
+                files[sha256] = await self._fetch_file(peer, sha256)
+            first = entries[0]
+            try:
+                await self.library.write(tenant, partition, docs, first.kind, wait=index, files=files,
+                                         language=None if first.language == "auto" else first.language,
+                                         origin=peer.name)
+            except (KindConflict, LanguageConflict) as exc:  # never applicable here: say so, do not stall the feed
+                log.error("cluster: %s/%s from %s not applied: %s", tenant, partition, peer.name, exc)
+
+    async def _local_files(self, docs) -> list[str]:
+        blobs = self.library.blobs
+        return [d.file.sha256 for d in docs if d.file and await asyncio.to_thread(blobs.exists, d.file.sha256)]
+
+    async def _fetch_file(self, peer: ClusterBox, sha256: str) -> bytes:
+        reply = await self._client.get(f"{peer.url}/cluster/files/{sha256}")
+        reply.raise_for_status()
+        return reply.content
+
+    # -- what the routes ask -----------------------------------------------------------------------------------
+
+    async def replicate(self, tenant: str, seq: int) -> Copies:
+        """After a write on this box: wait for the tenant's other box to have applied it, or say it is queued."""
+        me = self.site.me.name
+        partner = self.site.partner(tenant)
+        if partner is None or seq == 0:
+            return Copies((me,))
+        try:
+            reply = await self._client.post(f"{partner.url}/cluster/sync", json={"box": me, "seq": seq},
+                                            timeout=self.settings.sync_timeout_s + 1)
+            if reply.status_code == 200 and reply.json().get("applied", 0) >= seq:
+                return Copies((me, partner.name))
+        except httpx.HTTPError:
+            pass
+        return Copies((me,), (partner.name,))
+
+    async def wait_applied(self, peer_name: str, seq: int) -> int:
+        """A peer wrote up to `seq`: pull it now and answer once applied (or when sync_timeout_s is up)."""
+        peer = self.peers[peer_name]
+        peer.wake.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.settings.sync_timeout_s):
+                async with peer.advanced:
+                    await peer.advanced.wait_for(lambda: peer.applied >= seq)
+        return peer.applied
+
+    def feed(self, peer_name: str, after: int) -> dict:
+        """This box's journal after `after`, for the tenants `peer_name` holds (a worker thread: store reads)."""
+        peer = self.peers[peer_name]
+        peer.asked_after, peer.asked_at = after, time.time()
+        changes, last, more = self.library.store.changes_after(
+            after, peer_name, lambda tenant: self.site.holds(peer_name, tenant), FEED_LIMIT)
+        return {"changes": [change_json(c) for c in changes], "next": last, "more": more}
+
+    def misdirected(self, tenant: str) -> ClusterBox | None:
+        """The tenant's home box when this box holds no copy of it (the request went to the wrong box)."""
+        return None if self.site.holds(self.site.me.name, tenant) else self.site.placement(tenant).home
+
+    def status(self) -> dict:
+        """Where this box's tenants live and how far each peer is behind on them (a worker thread: store reads).
+        A peer's `pending` counts the entries after the one it last asked from; None until it has asked."""
+        store, site, me = self.library.store, self.site, self.site.me.name
+        tenants = {}
+        for tenant in self.library.tenants():
+            placed = site.placement(tenant)
+            tenants[tenant] = {"documents": store.tenant_usage(tenant).documents, "home": placed.home.name,
+                               "backup": placed.backup.name if placed.backup else None,
+                               "held_here": site.holds(me, tenant)}
+        peers = {}
+        for name, peer in self.peers.items():
+            pending = None
+            if peer.asked_after is not None:
+                pending = {t: n for t, n in store.pending_by_tenant(peer.asked_after, name).items()
+                           if site.holds(name, t)}
+            peers[name] = {"url": peer.box.url, "applied_from": peer.applied, "pull_error": peer.error,
+                           "asked_after": peer.asked_after, "asked_at": peer.asked_at, "pending": pending}
+        return {"box": me, "journal_head": store.journal_head(), "tenants": tenants, "peers": peers}
+
+
+def load_secret(path: str) -> str:
+    """The boxes' shared secret, of at least 32 characters, in a file as the keys file is kept: others cannot read
+    it, and only its owner can write it (its group may read it: a Kubernetes secret volume's fsGroup)."""
+    import os
+    import stat
+
+    info = os.stat(path)
+    if info.st_mode & (stat.S_IRWXO | stat.S_IWGRP):
+        raise PermissionError(f"{path}: others may read or write the cluster secret: chmod 640 {path}")
+    secret = open(path, encoding="utf-8").read().strip()
+    if len(secret) < 32:
+        raise ValueError(f"{path}: the cluster secret must be at least 32 characters (e.g. `openssl rand -hex 32`)")
+    return secret

@@ -1,0 +1,56 @@
+"""Journal changes as JSON between boxes: what `/cluster/journal` sends and a peer reads back, checked on the way
+in (a peer is trusted with the secret, not with the shape of what it sends)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..store import JournalChange, NewDocument, Place, SourceFile
+
+OPS = ("created", "updated", "deleted")
+
+
+class WireError(ValueError):
+    """A peer sent something this box cannot apply."""
+
+
+def change_json(change: JournalChange) -> dict[str, Any]:
+    doc = change.document
+    return {"seq": change.seq, "op": change.op, "tenant": change.tenant, "partition": change.partition,
+            "kind": change.kind, "language": change.language, "key": change.key,
+            "document": None if doc is None else _document_json(doc)}
+
+
+def _document_json(doc: NewDocument) -> dict[str, Any]:
+    f = doc.file
+    return {"title": doc.title, "source": doc.source, "metadata": doc.metadata, "time": doc.time,
+            "content_hash": doc.content_hash, "chunks": doc.chunks,
+            "places": [[p.page, p.page_end, list(p.section)] for p in doc.places],
+            "file": None if f is None else {"name": f.name, "sha256": f.sha256, "format": f.format, "size": f.size,
+                                            "pages": f.pages, "parser_version": f.parser_version}}
+
+
+def change_of(value: Any) -> JournalChange:
+    try:
+        op, doc = value["op"], value["document"]
+        if op not in OPS or (op == "deleted" and doc is not None):
+            raise WireError(f"entry {value.get('seq')}: op {op!r} does not fit its document")
+        fields = [value[k] for k in ("tenant", "partition", "kind", "language", "key")]
+        if not isinstance(value["seq"], int) or not all(isinstance(f, str) for f in fields):
+            raise WireError("entry: seq must be an integer and its names strings")
+        return JournalChange(value["seq"], op, *fields, None if doc is None else _document_of(value["key"], doc))
+    except (KeyError, TypeError, IndexError) as exc:
+        raise WireError(f"malformed journal entry: {type(exc).__name__}: {exc}") from None
+
+
+def _document_of(key: str, doc: dict[str, Any]) -> NewDocument:
+    chunks = doc["chunks"]
+    if not isinstance(chunks, list) or not all(isinstance(c, str) for c in chunks):
+        raise WireError(f"document {key!r}: chunks must be strings")
+    places = tuple(Place(p[0], p[1], tuple(p[2])) for p in doc["places"])
+    if places and len(places) != len(chunks):
+        raise WireError(f"document {key!r}: {len(places)} places for {len(chunks)} chunks")
+    f = doc["file"]
+    file = None if f is None else SourceFile(f["name"], f["sha256"], f["format"], f["size"], f["pages"],
+                                             f["parser_version"])
+    return NewDocument(key=key, title=doc["title"], text="", chunks=chunks, content_hash=doc["content_hash"],
+                       source=doc["source"], metadata=doc["metadata"], time=doc["time"], places=places, file=file)

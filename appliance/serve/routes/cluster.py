@@ -1,0 +1,83 @@
+"""The routes the site's boxes use between themselves (never through the balancer, which refuses /cluster/):
+a box's journal after an entry, a file it holds, "pull from me now", and the status `appliance cluster status`
+reads. Each needs the site's shared secret; outside /v1/, so no API key, slot or rate limit applies."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ...cluster import Replicator
+from ..edge import require_ready
+from ..errors import ApiError
+
+MAX_SYNC_BODY = 1024
+
+
+def _replicator(request: Request) -> Replicator:
+    cluster = require_ready(request).cluster
+    if cluster is None:
+        raise ApiError.not_found("this box is not part of a site (cluster.boxes is not set)")
+    if not cluster.authorized(request.headers.get("authorization", "")):
+        raise ApiError.unauthorized("the site's boxes send the cluster secret: Authorization: Bearer <secret>")
+    return cluster
+
+
+def _peer(cluster: Replicator, name: str | None) -> str:
+    if name not in cluster.peers:
+        raise ApiError.invalid(f"{name!r} is not another box of this site", "box")
+    return name
+
+
+async def journal(request: Request) -> JSONResponse:
+    cluster = _replicator(request)
+    peer = _peer(cluster, request.query_params.get("box"))
+    after = request.query_params.get("after", "0")
+    if not after.isdigit() or len(after) > 18:
+        raise ApiError.invalid("must be a journal entry number (0 or more)", "after")
+    return JSONResponse(await asyncio.to_thread(cluster.feed, peer, int(after)))
+
+
+async def file(request: Request) -> Response:
+    cluster = _replicator(request)
+    sha256 = request.path_params["sha256"]
+    blobs = cluster.library.blobs
+    try:
+        data = await asyncio.to_thread(blobs.read, sha256)
+    except (ValueError, FileNotFoundError):
+        raise ApiError.not_found(f"no file {sha256[:64]!r} here", "sha256") from None
+    return Response(data, media_type="application/octet-stream")
+
+
+async def sync(request: Request) -> JSONResponse:
+    """A peer wrote up to its entry `seq` for a tenant both hold: pull it now, answer once applied."""
+    cluster = _replicator(request)
+    raw = b""
+    async for chunk in request.stream():  # a small body: read no further than its limit
+        raw += chunk
+        if len(raw) > MAX_SYNC_BODY:
+            raise ApiError.too_large(MAX_SYNC_BODY)
+    try:
+        body = json.loads(raw)
+        peer, seq = _peer(cluster, body.get("box")), body["seq"]
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+            raise ValueError("seq")
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ApiError.bad_body('expected {"box": <a peer>, "seq": <journal entry>}') from None
+    return JSONResponse({"applied": await cluster.wait_applied(peer, seq)})
+
+
+async def status(request: Request) -> JSONResponse:
+    cluster = _replicator(request)
+    return JSONResponse(await asyncio.to_thread(cluster.status))
+
+
+routes = [
+    Route("/cluster/journal", journal, methods=["GET"], name="cluster"),
+    Route("/cluster/files/{sha256}", file, methods=["GET"], name="cluster"),
+    Route("/cluster/sync", sync, methods=["POST"], name="cluster"),
+    Route("/cluster/status", status, methods=["GET"], name="cluster"),
+]

@@ -48,7 +48,7 @@ def test_adding_a_box_moves_only_its_share_of_the_tenants():
 @pytest.mark.parametrize("names", [("a",), ("a", "b"), ("a", "b", "c"), ("a", "b", "c", "d")])
 def test_haproxy_accepts_the_configuration(tmp_path, names):
     site = Site(boxes(*names), names[0])
-    (tmp_path / "keys.map").write_text(keys_map([("AB" * 32, "acme")]))
+    (tmp_path / "keys.map").write_text(keys_map([("sha256:" + "AB" * 32, "acme")]))  # as the keys file has it
     config = haproxy_config(site, "boxes.toml", "127.0.0.1:8000", str(tmp_path / "keys.map"))
     (tmp_path / "haproxy.cfg").write_text(config)
     check = subprocess.run(["haproxy", "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True)
@@ -65,8 +65,8 @@ def test_haproxy_accepts_the_configuration(tmp_path, names):
         placed = site.slot_placement(slot)
         assert backend.startswith(f"home_{placed.home.name}")
         assert backend.endswith(f"_backup_{placed.backup.name}" if placed.backup else placed.home.name)
-    assert "path_beg /cluster/" in config and "http-check send meth GET uri /readyz" in config
-    assert "ab" * 32 + " acme" in (tmp_path / "keys.map").read_text()
+    assert "path,url_dec -m beg /cluster/" in config and "http-check send meth GET uri /readyz" in config
+    assert (tmp_path / "keys.map").read_text() == "ab" * 32 + " acme\n"  # bare hex: what HAProxy computes
 
 
 def test_cluster_config_command_prints_a_configuration(tmp_path):
@@ -123,9 +123,34 @@ def test_the_journal_feeds_each_peer_what_it_holds_and_not_what_it_sent(tmp_path
     changes, _, _ = store.changes_after(3, "c", lambda tenant: True)
     back = change_of(change_json(changes[0]))
     assert back == changes[0] and back.document.places[0].section == ("A",) and back.document.file.pages == 3
-    store.set_peer_cursor("b", 7)
-    store.set_peer_cursor("b", 5)  # never backwards
-    assert store.peer_cursor("b") == 7 and store.journal_head() == 4
+    store.set_peer_cursor("b", "1" * 32, 7)
+    store.set_peer_cursor("b", "1" * 32, 5)  # never backwards within one store of the peer
+    assert store.peer_cursor("b") == ("1" * 32, 7) and store.journal_head() == 4
+    store.set_peer_cursor("b", "2" * 32, 2)  # its disk replaced: counting starts again in its new store
+    assert store.peer_cursor("b") == ("2" * 32, 2)
+
+
+def test_a_copy_of_the_store_is_another_store(tmp_path):
+    """A backup restored (on a new disk, or this box) gets its own identity, so the site's other boxes send it
+    what it lacks, its own old writes included, and count its journal from the start."""
+    from appliance.store import copy_database
+
+    store = Store(tmp_path / "s.sqlite3")
+    identity = store.store_id
+    assert len(identity) == 32 and store.store_id == identity  # made once, kept
+    copy_database(tmp_path / "s.sqlite3", tmp_path / "copy.sqlite3")
+    copied = Store(tmp_path / "copy.sqlite3").store_id
+    assert len(copied) == 32 and copied != identity
+
+
+@pytest.mark.parametrize("raw", [b"[]", b"{", b'{"store": "x", "changes": [], "next": 1, "more": false}',
+                                 b'{"store": "' + b"a" * 32 + b'", "changes": {}, "next": 1, "more": false}',
+                                 b'{"store": "' + b"a" * 32 + b'", "changes": [], "next": "1", "more": false}'])
+def test_a_malformed_journal_page_is_refused(raw):
+    from appliance.cluster.wire import page_of
+
+    with pytest.raises(WireError):
+        page_of(raw)
 
 
 @pytest.mark.parametrize("value", [

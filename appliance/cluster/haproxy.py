@@ -47,7 +47,8 @@ def _parts(items: list[int], size: int) -> list[list[int]]:
 
 def keys_map(entries: list[tuple[str, str]]) -> str:
     """HAProxy's map file of API key sha256 -> tenant, from the keys file's (sha256, tenant) entries."""
-    return "".join(f"{sha256.lower()} {tenant}\n" for sha256, tenant in sorted(entries))
+    # the keys file writes "sha256:<hex>"; HAProxy's sha2(256),hex,lower gives the bare hex
+    return "".join(f"{sha256.lower().removeprefix('sha256:')} {tenant}\n" for sha256, tenant in sorted(entries))
 
 
 def _backend_name(home: ClusterBox, backup: ClusterBox | None) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from ..config import ClusterBox, ClusterSettings
 from ..library import KindConflict, LanguageConflict, Library
 from ..store import JournalChange
 from .placement import Site
-from .wire import WireError, change_json, change_of
+from .wire import FeedPage, WireError, change_json, page_of
 
 log = logging.getLogger("appliance.cluster")
 FEED_LIMIT = 200  # journal entries per pull
@@ -35,12 +36,18 @@ class Copies:
     queued: tuple[str, ...] = ()
 
 
+class ReplicaConflict(RuntimeError):
+    """A peer's entry cannot be applied here (its partition has another kind): the pull stops at it, visibly."""
+
+
 @dataclass(slots=True)
 class PeerState:
     box: ClusterBox
+    store: str | None  # the peer's store (its store_id) that `applied` counts in; None before its first answer
     applied: int  # the last entry of its journal applied here
     error: str | None = None  # why the last pull failed
     asked_after: int | None = None  # what it last asked of this box's journal (its cursor here), since boot
+    asked_store: str | None = None  # and as which store (its writes are journalled here under that id)
     asked_at: float | None = None
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     advanced: asyncio.Condition = field(default_factory=asyncio.Condition)
@@ -54,7 +61,8 @@ class Replicator:
         self._client = httpx.AsyncClient(headers={"authorization": f"Bearer {secret}"}, timeout=30,
                                          trust_env=False)  # no proxy from the environment between boxes
         store = library.store
-        self.peers = {b.name: PeerState(b, store.peer_cursor(b.name)) for b in site.peers}
+        self.store_id = store.store_id
+        self.peers = {b.name: PeerState(b, *store.peer_cursor(b.name)) for b in site.peers}
         self._tasks: list[asyncio.Task] = []
 
     def authorized(self, header: str) -> bool:
@@ -70,7 +78,7 @@ class Replicator:
             try:
                 await asyncio.wait_for(self.pull(peer, index=True), self.settings.catch_up_timeout_s)
                 return peer.box.name, f"caught up to entry {peer.applied}"
-            except (httpx.HTTPError, WireError, TimeoutError) as exc:
+            except Exception as exc:  # unreachable, starting, a bad answer, a full disk: not a failed boot
                 return peer.box.name, f"not caught up ({type(exc).__name__}: {exc}); pulling in the background"
 
         outcome = dict(await asyncio.gather(*(one(p) for p in self.peers.values())))
@@ -113,22 +121,31 @@ class Replicator:
         it is searchable too (at boot). Returns the last entry applied."""
         async with peer.lock:
             while True:
-                reply = await self._client.get(f"{peer.box.url}/cluster/journal",
-                                               params={"after": peer.applied, "box": self.site.me.name})
+                reply = await self._client.get(f"{peer.box.url}/cluster/journal", params={
+                    "after": peer.applied, "box": self.site.me.name, "store": self.store_id})
                 reply.raise_for_status()
-                body = reply.json()
-                changes = [change_of(c) for c in body["changes"]]
-                await self._apply(peer.box, changes, index)
-                if body["next"] > peer.applied:
-                    await asyncio.to_thread(self.library.store.set_peer_cursor, peer.box.name, body["next"])
+                page: FeedPage = await asyncio.to_thread(page_of, reply.content)  # up to ~1 MB: off the loop
+                if page.store != peer.store:  # its first answer, or a new store there (new disk, restore)
+                    if peer.store is not None:
+                        log.warning("cluster: %s has another store now: applying its journal from the start",
+                                    peer.box.name)
+                    restart = peer.store is not None and peer.applied > 0
+                    peer.store, peer.applied = page.store, 0 if restart else peer.applied
+                    if restart:
+                        continue
+                await self._apply(peer, page.changes, index)
+                if page.next > peer.applied:
+                    await asyncio.to_thread(self.library.store.set_peer_cursor, peer.box.name, page.store, page.next)
                     async with peer.advanced:
-                        peer.applied = body["next"]
+                        peer.applied = page.next
                         peer.advanced.notify_all()
-                if not body["more"]:
+                if not page.more:
                     return peer.applied
 
-    async def _apply(self, peer: ClusterBox, changes: list[JournalChange], index: bool) -> None:
-        """Consecutive entries of one partition are applied as one write (or one delete per document)."""
+    async def _apply(self, state: PeerState, changes: list[JournalChange], index: bool) -> None:
+        """Consecutive entries of one partition are applied as one write (or one delete per document), journalled
+        here as from the peer's store."""
+        peer, origin = state.box, state.store
         def run_of(c: JournalChange) -> tuple:
             return c.tenant, c.partition, c.op == "deleted"
 
@@ -136,7 +153,7 @@ class Replicator:
             entries = list(run)
             if deleted:
                 for change in entries:
-                    await self.library.delete(tenant, change.key, partition, wait=index, origin=peer.name)
+                    await self.library.delete(tenant, change.key, partition, wait=index, origin=origin)
                 continue
             latest = {c.key: c for c in entries if c.document is not None}  # the same state, read once each
             docs = [c.document for c in latest.values() if c.document is not None]
@@ -146,12 +163,16 @@ class Replicator:
             for sha256 in {d.file.sha256 for d in docs if d.file} - set(await self._local_files(docs)):
                 files[sha256] = await self._fetch_file(peer, sha256)
             first = entries[0]
+            language = None if first.language == "auto" else first.language
             try:
-                await self.library.write(tenant, partition, docs, first.kind, wait=index, files=files,
-                                         language=None if first.language == "auto" else first.language,
-                                         origin=peer.name)
-            except (KindConflict, LanguageConflict) as exc:  # never applicable here: say so, do not stall the feed
-                log.error("cluster: %s/%s from %s not applied: %s", tenant, partition, peer.name, exc)
+                try:
+                    await self.library.write(tenant, partition, docs, first.kind, wait=index, files=files,
+                                             language=language, origin=origin)
+                except LanguageConflict:  # re-indexed to another language on one box: the documents still apply
+                    await self.library.write(tenant, partition, docs, first.kind, wait=index, files=files,
+                                             origin=origin)
+            except KindConflict as exc:  # stop here rather than lose the entry; status shows the error
+                raise ReplicaConflict(f"{tenant}/{partition} from {peer.name}: {exc}") from None
 
     async def _local_files(self, docs) -> list[str]:
         blobs = self.library.blobs
@@ -171,31 +192,34 @@ class Replicator:
         if partner is None or seq == 0:
             return Copies((me,))
         try:
-            reply = await self._client.post(f"{partner.url}/cluster/sync", json={"box": me, "seq": seq},
-                                            timeout=self.settings.sync_timeout_s + 1)
+            reply = await self._client.post(f"{partner.url}/cluster/sync", timeout=self.settings.sync_timeout_s + 1,
+                                            json={"box": me, "seq": seq, "store": self.store_id})
             if reply.status_code == 200 and reply.json().get("applied", 0) >= seq:
                 return Copies((me, partner.name))
         except httpx.HTTPError:
             pass
         return Copies((me,), (partner.name,))
 
-    async def wait_applied(self, peer_name: str, seq: int) -> int:
-        """A peer wrote up to `seq`: pull it now and answer once applied (or when sync_timeout_s is up)."""
+    async def wait_applied(self, peer_name: str, store: str, seq: int) -> int:
+        """A peer's store wrote up to `seq`: pull it now and answer once applied (or when sync_timeout_s is up;
+        0 if still counting in another of its stores)."""
         peer = self.peers[peer_name]
         peer.wake.set()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(self.settings.sync_timeout_s):
                 async with peer.advanced:
-                    await peer.advanced.wait_for(lambda: peer.applied >= seq)
-        return peer.applied
+                    await peer.advanced.wait_for(lambda: peer.store == store and peer.applied >= seq)
+        return peer.applied if peer.store == store else 0
 
-    def feed(self, peer_name: str, after: int) -> dict:
-        """This box's journal after `after`, for the tenants `peer_name` holds (a worker thread: store reads)."""
+    def feed(self, peer_name: str, peer_store: str, after: int) -> bytes:
+        """This box's journal after `after` for the tenants `peer_name` holds, less what came from its store
+        `peer_store`, as JSON (a worker thread: store reads and serialising up to ~1 MB)."""
         peer = self.peers[peer_name]
-        peer.asked_after, peer.asked_at = after, time.time()
+        peer.asked_after, peer.asked_store, peer.asked_at = after, peer_store, time.time()
         changes, last, more = self.library.store.changes_after(
-            after, peer_name, lambda tenant: self.site.holds(peer_name, tenant), FEED_LIMIT)
-        return {"changes": [change_json(c) for c in changes], "next": last, "more": more}
+            after, peer_store, lambda tenant: self.site.holds(peer_name, tenant), FEED_LIMIT)
+        page = {"store": self.store_id, "changes": [change_json(c) for c in changes], "next": last, "more": more}
+        return json.dumps(page, ensure_ascii=False).encode()
 
     def misdirected(self, tenant: str) -> ClusterBox | None:
         """The tenant's home box when this box holds no copy of it (the request went to the wrong box)."""
@@ -214,8 +238,8 @@ class Replicator:
         peers = {}
         for name, peer in self.peers.items():
             pending = None
-            if peer.asked_after is not None:
-                pending = {t: n for t, n in store.pending_by_tenant(peer.asked_after, name).items()
+            if peer.asked_after is not None and peer.asked_store is not None:
+                pending = {t: n for t, n in store.pending_by_tenant(peer.asked_after, peer.asked_store).items()
                            if site.holds(name, t)}
             peers[name] = {"url": peer.box.url, "applied_from": peer.applied, "pull_error": peer.error,
                            "asked_after": peer.asked_after, "asked_at": peer.asked_at, "pending": pending}

@@ -2,11 +2,23 @@
 in (a peer is trusted with the secret, not with the shape of what it sends)."""
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import dataclass
 from typing import Any
 
 from ..store import JournalChange, NewDocument, Place, SourceFile
 
 OPS = ("created", "updated", "deleted")
+STORE_ID = re.compile(r"[0-9a-f]{32}")
+
+
+@dataclass(slots=True, frozen=True)
+class FeedPage:
+    store: str  # the serving box's store (its store_id)
+    changes: list[JournalChange]
+    next: int  # the asking box's next `after`
+    more: bool
 
 
 class WireError(ValueError):
@@ -27,6 +39,19 @@ def _document_json(doc: NewDocument) -> dict[str, Any]:
             "places": [[p.page, p.page_end, list(p.section)] for p in doc.places],
             "file": None if f is None else {"name": f.name, "sha256": f.sha256, "format": f.format, "size": f.size,
                                             "pages": f.pages, "parser_version": f.parser_version}}
+
+
+def page_of(raw: bytes) -> FeedPage:
+    """A page of a peer's journal, as `/cluster/journal` sends it."""
+    try:
+        value = json.loads(raw)
+        store, changes, after, more = value["store"], value["changes"], value["next"], value["more"]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise WireError(f"malformed journal page: {type(exc).__name__}: {exc}") from None
+    if not (isinstance(store, str) and STORE_ID.fullmatch(store) and isinstance(changes, list)
+            and isinstance(after, int) and isinstance(more, bool)):
+        raise WireError("malformed journal page: store, changes, next or more of the wrong type")
+    return FeedPage(store, [change_of(c) for c in changes], after, more)
 
 
 def change_of(value: Any) -> JournalChange:

@@ -83,10 +83,20 @@ def tenant_of(request: Request, given: str | None, field: str = "tenant") -> str
     else:
         tenant = key_tenant
     services = getattr(request.app.state, "services", None)
-    if services is not None and services.cluster is not None and (home := services.cluster.misdirected(tenant)):
-        raise ApiError.misdirected(tenant, home.name)
+    if services is not None and services.cluster is not None:
+        _check_placed(request, services.cluster, tenant)
     request.state.record.tenant = tenant
     return tenant
+
+
+def _check_placed(request: Request, cluster, tenant: str) -> None:
+    """On a site the balancer routes by X-Tenant: a request naming another tenant went to that one's boxes."""
+    routed = request.headers.get("x-tenant")
+    if routed is not None and routed != tenant:
+        raise ApiError.invalid(f"X-Tenant is {routed[:64]!r} but the request is for tenant {tenant!r}: the balancer "
+                               "routes by X-Tenant, so they must agree", "X-Tenant")
+    if (home := cluster.misdirected(tenant)) is not None:
+        raise ApiError.misdirected(tenant, home.name)
 
 
 async def copies_json(request: Request, tenant: str, seq: int) -> dict[str, Any]:

@@ -34,7 +34,7 @@ class BoxHeader:
 def drain_on_sigterm(grace_s: float, on_drain: Callable[[], None]) -> bool:
     """From the server's main thread: on SIGTERM call `on_drain` (so /readyz says 503) and hand the signal to
     uvicorn's own handler `grace_s` later, which then stops taking connections and lets answers in progress end
-    (server.drain_timeout_s). A second SIGTERM stops at once. False where signals cannot be caught here (a server
+    (server.drain_timeout_s). A second SIGTERM starts that at once, without the rest of the grace. False where signals cannot be caught here (a server
     run in another thread, as the tests' in-process one is)."""
     previous = signal.getsignal(signal.SIGTERM)
     if not callable(previous):

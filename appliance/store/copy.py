@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from .journal import forget_store_id
+
 
 def copy_database(source: Path, dest: Path) -> None:
     """Copy the SQLite database at `source` (WAL and all) into a new file `dest`, as of one moment."""
@@ -14,6 +16,9 @@ def copy_database(source: Path, dest: Path) -> None:
         try:
             src.backup(out, pages=4096)  # in steps: a writer waits at most one step's worth
             out.execute("PRAGMA journal_mode=WAL")
+            if out.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+                forget_store_id(out)
+                out.commit()
         finally:
             out.close()
     finally:

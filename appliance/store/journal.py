@@ -22,15 +22,15 @@ WHERE j.seq > ? AND (j.origin IS NULL OR j.origin != ?) ORDER BY j.seq LIMIT ?
 """
 
 
-def changes_after(db: sqlite3.Connection, after: int, peer: str, wanted: Callable[[str], bool], limit: int,
+def changes_after(db: sqlite3.Connection, after: int, peer_store: str, wanted: Callable[[str], bool], limit: int,
                   max_chars: int) -> tuple[list[JournalChange], int, bool]:
-    """Entries after `after` that did not come from `peer`, for the tenants `wanted` says it holds, with their
+    """Entries after `after` that did not come from the store `peer_store`, for the tenants `wanted` says it holds, with their
     documents; the last entry looked at (the peer's next `after`, past entries it does not hold too); and whether
     there may be more. Stops at `limit` entries or about `max_chars` of chunk text."""
     changes: list[JournalChange] = []
     last, chars = after, 0
     with _snapshot(db):
-        rows = db.execute(_ENTRIES, (after, peer, limit)).fetchall()
+        rows = db.execute(_ENTRIES, (after, peer_store, limit)).fetchall()
         for row in rows:
             if chars >= max_chars:
                 return changes, last, True
@@ -44,11 +44,12 @@ def changes_after(db: sqlite3.Connection, after: int, peer: str, wanted: Callabl
     return changes, last, len(rows) == limit
 
 
-def pending_by_tenant(db: sqlite3.Connection, after: int, peer: str) -> dict[str, int]:
-    """Entries after `after` that did not come from `peer`, counted per tenant: what that peer has yet to apply."""
+def pending_by_tenant(db: sqlite3.Connection, after: int, peer_store: str) -> dict[str, int]:
+    """Entries after `after` that did not come from the store `peer_store`, counted per tenant: what that peer
+    has yet to apply."""
     rows = db.execute(
         "SELECT p.tenant, COUNT(*) FROM journal j JOIN partitions p ON p.id = j.partition_id"
-        " WHERE j.seq > ? AND (j.origin IS NULL OR j.origin != ?) GROUP BY p.tenant", (after, peer)).fetchall()
+        " WHERE j.seq > ? AND (j.origin IS NULL OR j.origin != ?) GROUP BY p.tenant", (after, peer_store)).fetchall()
     return {tenant: count for tenant, count in rows}
 
 
@@ -56,14 +57,29 @@ def journal_head(db: sqlite3.Connection) -> int:
     return db.execute("SELECT COALESCE(MAX(seq), 0) FROM journal").fetchone()[0]
 
 
-def peer_cursor(db: sqlite3.Connection, peer: str) -> int:
-    row = db.execute("SELECT seq FROM peer_cursors WHERE peer = ?", (peer,)).fetchone()
-    return row[0] if row else 0
+def peer_cursor(db: sqlite3.Connection, peer: str) -> tuple[str | None, int]:
+    """(the peer's store the cursor is in, the last entry of it applied here); (None, 0) before any."""
+    row = db.execute("SELECT store_id, seq FROM peer_cursors WHERE peer = ?", (peer,)).fetchone()
+    return (row[0], row[1]) if row else (None, 0)
 
 
-def set_peer_cursor(db: sqlite3.Connection, peer: str, seq: int) -> None:
-    db.execute("INSERT INTO peer_cursors (peer, seq, at) VALUES (?,?,?) ON CONFLICT (peer) DO UPDATE"
-               " SET seq = MAX(seq, excluded.seq), at = excluded.at", (peer, seq, time.time()))
+def set_peer_cursor(db: sqlite3.Connection, peer: str, store_id: str, seq: int) -> None:
+    """Forward only within one store of the peer; a new store of it (a new disk, a restore) starts over."""
+    db.execute("INSERT INTO peer_cursors (peer, store_id, seq, at) VALUES (?,?,?,?) ON CONFLICT (peer) DO UPDATE"
+               " SET seq = CASE WHEN store_id = excluded.store_id THEN MAX(seq, excluded.seq) ELSE excluded.seq END,"
+               " store_id = excluded.store_id, at = excluded.at", (peer, store_id, seq, time.time()))
+
+
+def store_id(db: sqlite3.Connection) -> str:
+    """This store's identity, made at its first open: what its writes are journalled as on the other boxes."""
+    db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('store_id', lower(hex(randomblob(16))))")
+    return db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()[0]
+
+
+def forget_store_id(db: sqlite3.Connection) -> None:
+    """A copy restored elsewhere is another store: its next open makes a new identity, so the boxes of a site
+    send it again what the copy lacks (the writes journalled as from the old one included)."""
+    db.execute("DELETE FROM meta WHERE key = 'store_id'")
 
 
 def _document(db: sqlite3.Connection, partition_id: int, key: str) -> NewDocument | None:

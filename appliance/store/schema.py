@@ -60,10 +60,12 @@ CREATE TABLE IF NOT EXISTS journal (
     op TEXT NOT NULL,
     doc_key TEXT NOT NULL,
     at REAL NOT NULL,
-    origin TEXT  -- the box a replicated write came from (appliance/cluster/); NULL for this box's own clients
+    origin TEXT  -- the store a replicated write came from (its store_id, appliance/cluster/); NULL: a client's
 );
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);  -- store_id: this store's identity
 CREATE TABLE IF NOT EXISTS peer_cursors (
     peer TEXT PRIMARY KEY,  -- another box of the site
+    store_id TEXT NOT NULL,  -- the store of that box the cursor is in (a new disk or a restore: a new store)
     seq INTEGER NOT NULL,  -- the last entry of its journal applied here
     at REAL NOT NULL
 );

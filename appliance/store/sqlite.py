@@ -98,7 +98,7 @@ class Store:
     def upsert_documents(self, partition_id: int, documents: Iterable[NewDocument],
                          origin: str | None = None) -> WriteResult:
         """Insert or replace documents in one transaction. Same content hash again changes nothing. `origin`: the
-        box a replicated write came from (journalled as such, so it is not sent back there)."""
+        store (of another box) a replicated write came from, journalled so that it is not sent back there."""
         now = time.time()
         seq = 0
         statuses: list[DocumentStatus] = []
@@ -302,22 +302,27 @@ class Store:
 
     # -- the journal as a change feed for the site's other boxes (journal.py) ----------------------------------
 
-    def changes_after(self, after: int, peer: str, wanted: Callable[[str], bool], limit: int = 200,
-                      max_chars: int = 4_000_000) -> tuple[list[JournalChange], int, bool]:
-        return feed.changes_after(self._reader(), after, peer, wanted, limit, max_chars)
+    def changes_after(self, after: int, peer_store: str, wanted: Callable[[str], bool], limit: int = 200,
+                      max_chars: int = 1_000_000) -> tuple[list[JournalChange], int, bool]:
+        return feed.changes_after(self._reader(), after, peer_store, wanted, limit, max_chars)
 
-    def pending_by_tenant(self, after: int, peer: str) -> dict[str, int]:
-        return feed.pending_by_tenant(self._reader(), after, peer)
+    def pending_by_tenant(self, after: int, peer_store: str) -> dict[str, int]:
+        return feed.pending_by_tenant(self._reader(), after, peer_store)
 
     def journal_head(self) -> int:
         return feed.journal_head(self._reader())
 
-    def peer_cursor(self, peer: str) -> int:
+    def peer_cursor(self, peer: str) -> tuple[str | None, int]:
         return feed.peer_cursor(self._reader(), peer)
 
-    def set_peer_cursor(self, peer: str, seq: int) -> None:
+    def set_peer_cursor(self, peer: str, store_id: str, seq: int) -> None:
         with self._write_lock:
-            feed.set_peer_cursor(self._writer, peer, seq)
+            feed.set_peer_cursor(self._writer, peer, store_id, seq)
+
+    @property
+    def store_id(self) -> str:
+        with self._write_lock:
+            return feed.store_id(self._writer)
 
 
 def _insert_chunks(db: sqlite3.Connection, doc_id: int, partition_id: int, doc: NewDocument) -> None:

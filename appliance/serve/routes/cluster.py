@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ...cluster import Replicator
+from ...cluster import STORE_ID, Replicator
 from ..edge import require_ready
 from ..errors import ApiError
 
@@ -32,13 +32,21 @@ def _peer(cluster: Replicator, name: str | None) -> str:
     return name
 
 
+def _store(value) -> str:
+    if not isinstance(value, str) or not STORE_ID.fullmatch(value):
+        raise ApiError.invalid("must be the asking box's store id (32 hex digits)", "store")
+    return value
+
+
 async def journal(request: Request) -> JSONResponse:
     cluster = _replicator(request)
     peer = _peer(cluster, request.query_params.get("box"))
     after = request.query_params.get("after", "0")
     if not after.isdigit() or len(after) > 18:
         raise ApiError.invalid("must be a journal entry number (0 or more)", "after")
-    return JSONResponse(await asyncio.to_thread(cluster.feed, peer, int(after)))
+    store = _store(request.query_params.get("store"))
+    page = await asyncio.to_thread(cluster.feed, peer, store, int(after))
+    return Response(page, media_type="application/json")
 
 
 async def file(request: Request) -> Response:
@@ -62,12 +70,14 @@ async def sync(request: Request) -> JSONResponse:
             raise ApiError.too_large(MAX_SYNC_BODY)
     try:
         body = json.loads(raw)
-        peer, seq = _peer(cluster, body.get("box")), body["seq"]
-        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
-            raise ValueError("seq")
+        peer, seq, store = _peer(cluster, body.get("box")), body["seq"], body.get("store")
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0 or not isinstance(store, str) \
+                or not STORE_ID.fullmatch(store):
+            raise ValueError("seq or store")
     except (ValueError, KeyError, TypeError, AttributeError):
-        raise ApiError.bad_body('expected {"box": <a peer>, "seq": <journal entry>}') from None
-    return JSONResponse({"applied": await cluster.wait_applied(peer, seq)})
+        raise ApiError.bad_body('expected {"box": <a peer>, "store": <its store id>, "seq": <journal entry>}') \
+            from None
+    return JSONResponse({"applied": await cluster.wait_applied(peer, store, seq)})
 
 
 async def status(request: Request) -> JSONResponse:

@@ -115,7 +115,9 @@ install_package() {
     verify
     if [ "$SERVICE" = 1 ]; then
         [ "$(id -u)" = 0 ] || die "a service install needs root (sudo); or use --prefix DIR --no-service"
-        command -v systemctl >/dev/null || die "no systemd here: use --prefix DIR --no-service"
+        # systemd's own test for a booted system (sd_booted): a container may have systemctl but no systemd
+        [ -d /run/systemd/system ] && command -v systemctl >/dev/null \
+            || die "systemd is not running here: use --prefix DIR --no-service"
     fi
     mkdir -p "$PREFIX"
     previous=$(readlink "$PREFIX/current" 2>/dev/null || true)

@@ -92,16 +92,39 @@ class ClusterSite:
                      "APPLIANCE_CLUSTER_SECRET_FILE": str(self.secret_file), "APPLIANCE_SERVER_HOST": "127.0.0.1",
                      "PYTHONPATH": str(ROOT)})
         base.update({f"APPLIANCE_{k.upper()}": v for k, v in env.items()})
+        self.base_env = base
         self.boxes: dict[str, Box] = {}
         for name, port in ports.items():
-            (folder / name).mkdir()
-            self.boxes[name] = Box(name, folder / name, {**base, "APPLIANCE_CLUSTER_SELF": name,
-                                                         "APPLIANCE_DATA_DIR": str(folder / name / "data"),
-                                                         "APPLIANCE_SERVER_PORT": str(port)},
-                                   (cpus or {}).get(name))
+            self.boxes[name] = self._box(name, port, (cpus or {}).get(name))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.haproxy: subprocess.Popen | None = None
+
+    def _box(self, name: str, port: int, cpus: str | None) -> Box:
+        (self.folder / name).mkdir()
+        own = {"APPLIANCE_CLUSTER_SELF": name, "APPLIANCE_DATA_DIR": str(self.folder / name / "data"),
+               "APPLIANCE_SERVER_PORT": str(port)}
+        if cpus:  # the box's engines on its own cores too
+            own |= {"APPLIANCE_SMALL_CPU_CORES": cpus, "APPLIANCE_LARGE_CPU_CORES": cpus}
+        return Box(name, self.folder / name, {**self.base_env, **own}, cpus)
+
+    def add_box(self, name: str) -> Box:
+        """A new box listed in the boxes file (not started): the running boxes read the file at their next
+        start, as on a real site."""
+        port = free_port()
+        with self.boxes_file.open("a") as listing:
+            listing.write(f'[[box]]\nname = "{name}"\nurl = "http://127.0.0.1:{port}"\n\n')
+        self.members = (*self.members, ClusterBox(name, f"http://127.0.0.1:{port}"))
+        self.site = Site(self.members, self.site.me.name)
+        self.boxes[name] = self._box(name, port, None)
+        return self.boxes[name]
+
+    def restart_haproxy(self) -> None:
+        """The configuration printed again from the boxes file, as an admin does after adding a box."""
+        if self.haproxy is not None:
+            self.haproxy.terminate()
+            self.haproxy.wait(10)
+        self.start_haproxy()
 
     def start(self) -> None:
         for box in self.boxes.values():

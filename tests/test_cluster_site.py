@@ -96,11 +96,15 @@ def test_the_balancer_passes_request_ids_and_hides_the_boxes_own_routes(site):
     for params in ({"after": 0, "box": "a", "store": store}, {"after": 0, "box": "zz", "store": store},
                    {"after": "-1", "box": "b", "store": store}, {"after": 0, "box": "b", "store": "../x"}):
         assert httpx.get(box.url + "/cluster/journal", params=params, headers=secret).status_code == 422
-    for body in (b"[]", b"{", b'{"box": "b", "seq": "1", "store": "' + store.encode() + b'"}',
-                 b'{"box": "b", "seq": 1, "store": "nope"}', b"x" * 5000):
+    for body, status, field in ((b"[]", 422, "body"), (b"{", 400, None), (b"\xff", 400, None),
+                                (b'{"box": "b", "seq": "1", "store": "' + store.encode() + b'"}', 422, "seq"),
+                                (b'{"box": "b", "seq": 1, "store": "nope"}', 422, "store"),
+                                (b'{"box": "zz", "seq": 1, "store": "' + store.encode() + b'"}', 422, "box"),
+                                (b"x" * 5000, 413, None)):
         reply = httpx.post(box.url + "/cluster/sync", content=body,
                            headers={**secret, "content-type": "application/json"})
-        assert reply.status_code in (400, 413), (body[:20], reply.status_code)
+        assert reply.status_code == status and reply.json()["error"].get("field") == field, \
+            (body[:20], reply.status_code, reply.text)
 
 
 def test_a_box_killed_during_an_ingest_loses_no_acknowledged_document(site):
@@ -220,3 +224,46 @@ def test_a_drained_box_finishes_its_stream_while_its_tenants_move_to_their_backu
     assert all(status == 200 for status, _ in searches), searches  # no request lost during the drain
     assert (200, backup) in searches and searches[-1] == (200, backup)
     assert box.wait_exit(60) in (0, -signal.SIGTERM)
+
+
+def test_a_fourth_box_takes_its_share_of_the_tenants_with_their_documents(tmp_path, models_dir):
+    """The steps of packaging/cluster/README.md: list the new box, restart the others one at a time, start it,
+    print HAProxy's configuration again. Engines off: this is about placement and copies."""
+    site = ClusterSite(tmp_path, models_dir, ["a", "b", "c"])
+    try:
+        site.start()
+        tenants = [f"grow-{i}" for i in range(16)]
+        for tenant in tenants:
+            with site.client(tenant) as client:
+                for key in ("d1", "d2"):
+                    assert post_doc(client, tenant, key, f"{tenant} {key} tells of tides").status_code == 200
+        before = {t: site.site.placement(t) for t in tenants}
+        three = site.site
+        d = site.add_box("d")
+        for name in ("a", "b", "c"):
+            site.boxes[name].stop()
+            site.boxes[name].start()
+            site.boxes[name].wait_ready()
+        d.start()
+        d.wait_ready()  # it pulled the documents of its tenants from the others before saying ready
+        site.restart_haproxy()
+        moved_homes = sum(three.slot_placement(s).home != site.site.slot_placement(s).home for s in range(256))
+        assert 0.18 < moved_homes / 256 < 0.32, moved_homes  # about a quarter of the slots, each to d
+        for tenant in tenants:
+            after = site.site.placement(tenant)
+            old = {b.name for b in before[tenant].holders}
+            new = {b.name for b in after.holders}
+            assert new - {"d"} <= old  # no copy moves between the old boxes
+            assert after.home == before[tenant].home or after.home.name == "d"
+            if "d" in new:
+                assert listed(d.url, tenant) == {"d1", "d2"}
+            else:
+                assert httpx.get(d.url + "/v1/documents", params={"tenant": tenant, "partition": "docs"}) \
+                    .status_code == 421
+            with site.client(tenant) as client:  # the balancer sends it to its home, which has everything
+                reply = client.get("/v1/documents", params={"tenant": tenant, "partition": "docs"})
+                assert reply.status_code == 200 and reply.headers["x-appliance-box"] == after.home.name
+                assert {doc["id"] for doc in reply.json()["documents"]} == {"d1", "d2"}
+        assert any(site.site.placement(t).home.name == "d" for t in tenants)  # the check above ran for a move
+    finally:
+        site.stop()

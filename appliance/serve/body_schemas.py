@@ -1,6 +1,7 @@
 """The request bodies of the HTTP API, as `Spec`s: what bodies.py validates and the OpenAPI document shows."""
 from __future__ import annotations
 
+from ..cluster import STORE_ID
 from ..config import Settings
 from .validation import NAME_PATTERN, Spec
 
@@ -113,3 +114,11 @@ def chat_body(settings: Settings) -> Spec:
         "partitions": Spec("array", "Partition names to use.", min=1, max=1000,
                            items=Spec("string", pattern=NAME_PATTERN)),
     })
+
+
+# POST /cluster/sync, between the boxes of a site: "pull from me up to my journal entry seq".
+SYNC_BODY = Spec("object", fields={
+    "box": Spec("string", "The asking box's name.", required=True, min=1, max=63),
+    "store": Spec("string", "The asking box's store id.", required=True, pattern=f"^{STORE_ID.pattern}$"),
+    "seq": Spec("integer", "Its journal entry to wait for.", required=True, min=0, max=2**63 - 1),
+})

@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
-from .body_schemas import (DOCUMENT_ID, ID_PATTERN, LANGUAGE_CHOICES, LANGUAGE_HELP, ask_body, chat_body,
-                           ingest_body, search_body)
+from .body_schemas import (DOCUMENT_ID, ID_PATTERN, LANGUAGE_CHOICES, LANGUAGE_HELP, SYNC_BODY, ask_body,
+                           chat_body, ingest_body, search_body)
 from .validation import NAME_PATTERN, Spec
 
 
@@ -176,14 +176,14 @@ def _cluster_operations() -> list[Operation]:
     return [
         Operation("get", "/cluster/journal", "This box's journal after an entry, for the tenants the asking box "
                   "holds, with each document's current state", "Entries, `next` and `more`", errors=(401, 404, 422),
-                  params=(Param("after", "query", Spec("integer", "The last entry applied.", min=0)), box)),
+                  params=(Param("after", "query", Spec("integer", "The last entry applied.", min=0)), box,
+                          Param("store", "query", SYNC_BODY.fields["store"]))),
         Operation("get", "/cluster/files/{sha256}", "An original file this box holds", "The bytes",
                   ok_schema={"type": "string", "format": "binary"}, ok_media=("application/octet-stream",),
                   errors=(401, 404), params=(Param("sha256", "path", Spec("string", "The file's sha256.",
                                                                            required=True, max=64)),)),
         Operation("post", "/cluster/sync", "Pull from the asking box now; answer once its entry `seq` is applied "
-                  "(or after cluster.sync_timeout_s)", "The last entry applied", errors=(400, 401, 404, 413),
-                  extra={}),
+                  "(or after cluster.sync_timeout_s)", "The last entry applied", body=SYNC_BODY, errors=(401, 404)),
         Operation("get", "/cluster/status", "Where this box's tenants live and how far each peer is behind",
                   "The status", errors=(401, 404)),
     ]

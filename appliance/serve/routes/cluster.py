@@ -4,15 +4,16 @@ reads. Each needs the site's shared secret; outside /v1/, so no API key, slot or
 from __future__ import annotations
 
 import asyncio
-import json
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...cluster import STORE_ID, Replicator
+from ..body_schemas import SYNC_BODY
 from ..edge import require_ready
 from ..errors import ApiError
+from ..validation import parse_json, validate
 
 MAX_SYNC_BODY = 1024
 
@@ -68,16 +69,9 @@ async def sync(request: Request) -> JSONResponse:
         raw += chunk
         if len(raw) > MAX_SYNC_BODY:
             raise ApiError.too_large(MAX_SYNC_BODY)
-    try:
-        body = json.loads(raw)
-        peer, seq, store = _peer(cluster, body.get("box")), body["seq"], body.get("store")
-        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0 or not isinstance(store, str) \
-                or not STORE_ID.fullmatch(store):
-            raise ValueError("seq or store")
-    except (ValueError, KeyError, TypeError, AttributeError):
-        raise ApiError.bad_body('expected {"box": <a peer>, "store": <its store id>, "seq": <journal entry>}') \
-            from None
-    return JSONResponse({"applied": await cluster.wait_applied(peer, store, seq)})
+    body = validate(parse_json(raw, max_values=16), SYNC_BODY)
+    peer = _peer(cluster, body["box"])
+    return JSONResponse({"applied": await cluster.wait_applied(peer, body["store"], body["seq"])})
 
 
 async def status(request: Request) -> JSONResponse:

@@ -287,7 +287,7 @@ def markdown(r: dict) -> str:
             if asks:
                 how, gen = f["answered"], f["generated"]
                 row += (f" {how['exact']} / {how['none'] - how['degraded']} / {how['degraded']} | "
-                        f"{f['generated_per_s']} | {gen['p50_ms']} / {gen['p99_ms']} |")
+                        f"{f['generated_per_s']} | {gen['p50_ms'] or '-'} / {gen['p99_ms'] or '-'} |")
             lines.append(row)
     lines += ["", "Ingest (the same 480 abstracts, 40 a request, one request at a time; with two or more boxes an "
               "ingest is acknowledged once both copies hold it):", "",

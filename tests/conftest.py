@@ -8,7 +8,23 @@ import pytest
 from appliance.config import GenerateSettings, Settings
 from appliance.evaluate import BeirData, beir_documents
 from appliance.models import build_models
+import package_builds
 from support import ROOT, SCIFACT, LiveServer, beir_slice, make_settings, observe_boot, write_keys
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The package tests' builds start now, in the background, so they overlap the tests before them."""
+    if session.config.option.collectonly or not package_builds.CAN_RUN:
+        return
+    if any(item.path.name == "test_package.py" for item in session.items):
+        if not package_builds.up_to_date(ROOT / "models"):
+            session.config.stash[package_builds.BACKGROUND] = package_builds.Background()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    background = config.stash.get(package_builds.BACKGROUND, None)
+    if background is not None:
+        background.stop()
 
 
 @pytest.fixture(scope="session")

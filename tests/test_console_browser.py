@@ -64,7 +64,8 @@ def test_every_view_loads_on_a_box_without_keys(open_box, browser, tmp_path):
         assert page.locator("#key-view").is_hidden()
         for view in VIEWS:
             page.click(f"#tab-{view}")
-            assert page.locator(f"#view-{view}").is_visible() and page.evaluate("location.hash") == f"#{view}"
+            page.wait_for_selector(f"#view-{view}", state="visible", timeout=10_000)
+            assert page.evaluate("location.hash") == f"#{view}"
             assert page.locator(f"#tab-{view}").get_attribute("aria-selected") == "true"
         page.click("#tab-documents")
         page.wait_for_selector("[data-partition=notes]")

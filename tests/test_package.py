@@ -7,7 +7,6 @@ cannot run here (no systemd in the container): the same rollback path is tested 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -23,13 +22,12 @@ from pathlib import Path
 
 import pytest
 
+import package_builds
 from support import DATA, ROOT, free_port
 
 sys.path.insert(0, str(ROOT / "packaging"))
-TOOLS = ("ip", "strace", "setpriv", "tar", "gzip", "sha256sum", "gpg")
-NEEDS = [tool for tool in TOOLS if shutil.which(tool) is None]
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or bool(NEEDS) or sys.platform != "linux",
-                                reason=f"needs root on Linux and {', '.join(TOOLS)} (missing: {NEEDS})")
+pytestmark = pytest.mark.skipif(not package_builds.CAN_RUN, reason=f"needs root on Linux and "
+                                f"{', '.join(package_builds.TOOLS)} (missing: {package_builds.MISSING_TOOLS})")
 DRIVER = ROOT / "tests" / "package_driver.py"
 PDF = DATA / "scifact_files" / "files" / "10029970.pdf"  # "CDD: conserved domains and protein 3-D structure"
 DOCX = DATA / "scifact_files" / "files" / "10165258.docx"
@@ -38,46 +36,18 @@ NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--i
 
 
 @pytest.fixture(scope="module")
-def builds(tmp_path_factory, models_dir) -> dict[str, Path]:
-    """This build, a previous one (another version of the same freeze) and a broken one (its encoder truncated,
-    so the server fails /readyz). The freeze is reused while its inputs are unchanged (packaging/freeze.py)."""
+def builds(request, models_dir) -> dict[str, Path]:
+    """This build, a previous one and a broken one (package_builds.py), started in the background by conftest.py
+    when the session collected these tests, else built here."""
     from appliance import __version__
-    from freeze import freeze_key
 
-    out = ROOT / "build" / "package" / "test-dist"  # kept between runs on one checkout while nothing changed
-    key = hashlib.sha256(freeze_key("cpu").encode())
-    for path in sorted([*(ROOT / "packaging").glob("*"), *(models_dir / "build").rglob("*")]):
-        if path.is_file():
-            key.update(path.name.encode() + str(path.stat().st_size).encode() + str(path.stat().st_mtime).encode())
-    if (out / "key").exists() and (out / "key").read_text() == key.hexdigest():
-        return _named(out, __version__)
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    _build(["--out", str(out)])
-    tree = ROOT / "build" / "package" / "dist" / "appliance"
-    _build(["--tree", str(tree), "--version", "0.0.9", "--level", "1", "--out", str(out)])
-    broken = tmp_path_factory.mktemp("broken-models")
-    shutil.copytree(models_dir, broken / "models", ignore=shutil.ignore_patterns("*.lock"),
-                    copy_function=os.link, dirs_exist_ok=True)
-    onnx = broken / "models" / "build" / "minilm" / "model.onnx"
-    data = onnx.read_bytes()
-    onnx.unlink()  # a new file: the link shares the real model's bytes
-    onnx.write_bytes(data[: len(data) // 3])
-    _build(["--tree", str(tree), "--version", "9.9.9-broken", "--level", "1", "--models", str(broken / "models"),
-            "--out", str(out)])
-    (out / "key").write_text(key.hexdigest())
-    return _named(out, __version__)
-
-
-def _named(out: Path, version: str) -> dict:
-    return {"this": out / f"rag-appliance-{version}-cpu.run", "previous": out / "rag-appliance-0.0.9-cpu.run",
-            "broken": out / "rag-appliance-9.9.9-broken-cpu.run", "version": version}
-
-
-def _build(args: list[str]) -> None:
-    done = subprocess.run([sys.executable, str(ROOT / "packaging" / "build.py"), *args], capture_output=True,
-                          text=True, timeout=3000)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    background = request.config.stash.get(package_builds.BACKGROUND, None)
+    if background is not None:
+        background.wait()
+    else:
+        package_builds.build_all(models_dir)
+    assert package_builds.up_to_date(models_dir), "the packages were built from other inputs than these"
+    return package_builds.named(__version__)
 
 
 def _sh(package: Path, *args: str, timeout: float = 1800, cwd: Path | None = None) -> subprocess.CompletedProcess:

@@ -102,7 +102,8 @@ function setUpTabs(who) {
   $("tabs").hidden = false;
   for (const button of $("tabs").querySelectorAll("[role=tab]")) {
     button.hidden = !allowed.includes(button.dataset.view);
-    button.onclick = () => { location.hash = button.dataset.view; };
+    // shown at once, not on the hashchange that comes a moment later (a quick second click would race it)
+    button.onclick = () => { location.hash = button.dataset.view; show(button.dataset.view); };
     button.onkeydown = (e) => moveFocus(e, button.dataset.view, allowed);
   }
   window.onhashchange = () => show(viewFromHash(allowed));

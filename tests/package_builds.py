@@ -1,0 +1,110 @@
+"""The three packages tests/test_package.py installs: this build, a previous one (another version of the same
+freeze) and a broken one (its encoder truncated, so the server fails /readyz). Kept in build/package/test-dist
+while nothing that goes into them changed.
+
+Building them takes about ten minutes of one core (the freeze, then three packs), so conftest.py starts this
+module as a process of its own, at the lowest CPU and I/O priority, as soon as a session has collected the package
+tests; the tests before them leave enough idle CPU for it, and the `builds` fixture waits for it.
+
+    python tests/package_builds.py      builds what is missing, exit status 0 when all three are there
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from support import ROOT
+
+OUT = ROOT / "build" / "package" / "test-dist"
+LOG = ROOT / "build" / "package" / "test-dist.log"
+TOOLS = ("ip", "strace", "setpriv", "tar", "gzip", "sha256sum", "gpg")
+MISSING_TOOLS = [tool for tool in TOOLS if shutil.which(tool) is None]
+CAN_RUN = os.geteuid() == 0 and not MISSING_TOOLS and sys.platform == "linux"
+BACKGROUND = pytest.StashKey["Background"]()  # the session's build, kept on pytest's config
+
+
+def named(version: str) -> dict:
+    return {"this": OUT / f"rag-appliance-{version}-cpu.run", "previous": OUT / "rag-appliance-0.0.9-cpu.run",
+            "broken": OUT / "rag-appliance-9.9.9-broken-cpu.run", "version": version}
+
+
+def inputs_key(models_dir: Path) -> str:
+    """What the builds depend on: the freeze's own key, the packaging files and the built models."""
+    sys.path.insert(0, str(ROOT / "packaging"))
+    from freeze import freeze_key
+
+    key = hashlib.sha256(freeze_key("cpu").encode())
+    for path in sorted([*(ROOT / "packaging").glob("*"), *(models_dir / "build").rglob("*")]):
+        if path.is_file():
+            key.update(path.name.encode() + str(path.stat().st_size).encode() + str(path.stat().st_mtime).encode())
+    return key.hexdigest()
+
+
+def up_to_date(models_dir: Path) -> bool:
+    return (OUT / "key").exists() and (OUT / "key").read_text() == inputs_key(models_dir)
+
+
+def build_all(models_dir: Path) -> None:
+    key = inputs_key(models_dir)
+    if (OUT / "key").exists() and (OUT / "key").read_text() == key:
+        return
+    shutil.rmtree(OUT, ignore_errors=True)
+    OUT.mkdir(parents=True)
+    _build(["--out", str(OUT)])
+    tree = ROOT / "build" / "package" / "dist" / "appliance"
+    _build(["--tree", str(tree), "--version", "0.0.9", "--level", "1", "--out", str(OUT)])
+    with tempfile.TemporaryDirectory(prefix="broken-models-") as broken:
+        shutil.copytree(models_dir, Path(broken) / "models", ignore=shutil.ignore_patterns("*.lock"),
+                        copy_function=os.link, dirs_exist_ok=True)
+        onnx = Path(broken) / "models" / "build" / "minilm" / "model.onnx"
+        data = onnx.read_bytes()
+        onnx.unlink()  # a new file: the link shares the real model's bytes
+        onnx.write_bytes(data[: len(data) // 3])
+        _build(["--tree", str(tree), "--version", "9.9.9-broken", "--level", "1", "--models",
+                str(Path(broken) / "models"), "--out", str(OUT)])
+    (OUT / "key").write_text(key)
+
+
+def _build(args: list[str]) -> None:
+    done = subprocess.run([sys.executable, str(ROOT / "packaging" / "build.py"), *args], capture_output=True,
+                          text=True, timeout=3000)
+    if done.returncode != 0:
+        raise SystemExit(f"packaging/build.py {' '.join(args)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    print(done.stdout.strip(), flush=True)
+
+
+class Background:
+    """build_all in a process of its own at idle priority; `wait` returns when it is done."""
+
+    def __init__(self) -> None:
+        LOG.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(LOG, "wb")
+        idle = ["nice", "-n", "19", *(["ionice", "-c", "3"] if shutil.which("ionice") else [])]
+        self._process = subprocess.Popen([*idle, sys.executable, __file__],
+                                         stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
+                                         cwd=ROOT)
+
+    def wait(self, timeout: float = 3600) -> None:
+        code = self._process.wait(timeout)
+        self._log.close()
+        assert code == 0, LOG.read_text(errors="replace")[-6000:]
+
+    def stop(self) -> None:
+        if self._process.poll() is None:
+            os.killpg(self._process.pid, 9)
+            self._process.wait(30)
+        self._log.close()
+
+
+if __name__ == "__main__":
+    from appliance.models import build_models
+
+    build_models(ROOT / "models", log=lambda *_: None)  # what is missing; locked, so safe beside pytest's own call
+    build_all(ROOT / "models")

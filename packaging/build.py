@@ -91,8 +91,7 @@ def _check_flavour(flavour: str) -> None:
     except metadata.PackageNotFoundError:
         sys.exit(f"the {flavour} package is frozen from `{wanted}`, which this python ({sys.executable}) lacks"
                  + ("; `just package gpu` makes a venv with it" if flavour == "gpu" else ""))
-    torch = metadata.version("torch")
-    if flavour == "gpu" and "+cpu" in torch:  # pip took a CPU wheel from a local find-links or index first
+    if flavour == "gpu" and "+cpu" in (torch := metadata.version("torch")):  # pip took a CPU wheel first
         sys.exit(f"the gpu package needs torch built for CUDA; this venv has torch {torch}: install `torch` from "
                  "the index that serves its CUDA build (without find-links to CPU wheels)")
 

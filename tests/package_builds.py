@@ -28,6 +28,8 @@ TOOLS = ("ip", "strace", "setpriv", "tar", "gzip", "sha256sum", "gpg")
 MISSING_TOOLS = [tool for tool in TOOLS if shutil.which(tool) is None]
 CAN_RUN = os.geteuid() == 0 and not MISSING_TOOLS and sys.platform == "linux"
 BACKGROUND = pytest.StashKey["Background"]()  # the session's build, kept on pytest's config
+sys.path.insert(0, str(ROOT / "packaging"))
+from freeze import freeze_key  # noqa: E402
 
 
 def named(version: str) -> dict:
@@ -37,9 +39,6 @@ def named(version: str) -> dict:
 
 def inputs_key(models_dir: Path) -> str:
     """What the builds depend on: the freeze's own key, the packaging files and the built models."""
-    sys.path.insert(0, str(ROOT / "packaging"))
-    from freeze import freeze_key
-
     key = hashlib.sha256(freeze_key("cpu").encode())
     for path in sorted([*(ROOT / "packaging").glob("*"), *(models_dir / "build").rglob("*")]):
         if path.is_file():
@@ -47,13 +46,17 @@ def inputs_key(models_dir: Path) -> str:
     return key.hexdigest()
 
 
+def _built_key() -> str | None:
+    return (OUT / "key").read_text() if (OUT / "key").exists() else None
+
+
 def up_to_date(models_dir: Path) -> bool:
-    return (OUT / "key").exists() and (OUT / "key").read_text() == inputs_key(models_dir)
+    return _built_key() == inputs_key(models_dir)
 
 
 def build_all(models_dir: Path) -> None:
     key = inputs_key(models_dir)
-    if (OUT / "key").exists() and (OUT / "key").read_text() == key:
+    if _built_key() == key:
         return
     shutil.rmtree(OUT, ignore_errors=True)
     OUT.mkdir(parents=True)
@@ -76,7 +79,8 @@ def _build(args: list[str]) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "packaging" / "build.py"), *args], capture_output=True,
                           text=True, timeout=3000)
     if done.returncode != 0:
-        raise SystemExit(f"packaging/build.py {' '.join(args)} failed:\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+        raise RuntimeError(f"packaging/build.py {' '.join(args)} failed:\n"
+                           f"{done.stdout[-3000:]}{done.stderr[-3000:]}")
     print(done.stdout.strip(), flush=True)
 
 

@@ -28,18 +28,22 @@ package flavour="cpu": setup
     fi
 
 # strace, ip, setpriv, gpg and systemd-analyze for the package tests (the installed server in a network namespace
-# as nobody; the package's signature; its unit read by systemd's checker).
+# as nobody; the package's signature; its unit read by systemd's checker); debootstrap and systemd-nspawn for the
+# service install on a booted systemd (a Debian container).
 package-tools:
     #!/usr/bin/env bash
     set -euo pipefail
-    for tool in strace ip setpriv gpg systemd-analyze; do command -v $tool >/dev/null || missing=1; done
+    for tool in strace ip setpriv gpg systemd-analyze debootstrap systemd-nspawn nsenter; do
+        command -v $tool >/dev/null || missing=1
+    done
     [ -z "${missing:-}" ] && exit 0
+    packages="strace iproute2 util-linux gnupg systemd debootstrap systemd-container"
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         export DEBIAN_FRONTEND=noninteractive
         apt-get update -qq
-        apt-get install -y -qq --no-install-recommends strace iproute2 util-linux gnupg systemd >/dev/null
+        apt-get install -y -qq --no-install-recommends $packages >/dev/null
     else
-        echo "run 'sudo apt-get install strace iproute2 util-linux gnupg systemd': the package tests skip without root and them"
+        echo "run 'sudo apt-get install $packages': the package tests skip without root and them"
     fi
 
 # Debian's haproxy for the tests of several boxes behind a balancer (packaging/cluster/).

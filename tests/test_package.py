@@ -2,8 +2,8 @@
 installed from the .run file alone into fresh folders, run with no network in an empty environment as an
 unprivileged user, upgraded from a previous build, rolled back from a broken one, uninstalled and installed again.
 
-Needs root (folders owned by root, `ip netns`, `setpriv`) and strace; CI runs as root. A systemd service install
-cannot run here (no systemd in the container): the same rollback path is tested through `--check-start`.
+Needs root (folders owned by root, `ip netns`, `setpriv`) and strace; CI runs as root. The service install (a
+booted systemd) is test_package_service.py; here the same rollback path runs through `--check-start`.
 """
 from __future__ import annotations
 
@@ -32,22 +32,10 @@ DRIVER = ROOT / "tests" / "package_driver.py"
 PDF = DATA / "scifact_files" / "files" / "10029970.pdf"  # "CDD: conserved domains and protein 3-D structure"
 DOCX = DATA / "scifact_files" / "files" / "10165258.docx"
 QUESTION = "What does the Conserved Domain Database annotate?"
+# ip, strace and env start with nothing of this session's environment: vLLM engines made in the test process put
+# the venv's libgomp in its LD_PRELOAD, and `env` (traced) would load it before clearing the environment
+CLEAN = {"PATH": os.environ["PATH"]}
 NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--inh-caps=-all"]
-
-
-@pytest.fixture(scope="module")
-def builds(request, models_dir) -> dict[str, Path]:
-    """This build, a previous one and a broken one (package_builds.py), started in the background by conftest.py
-    when the session collected these tests, else built here."""
-    from appliance import __version__
-
-    background = request.config.stash.get(package_builds.BACKGROUND, None)
-    if background is not None:
-        background.wait()
-    else:
-        package_builds.build_all(models_dir)
-    assert package_builds.up_to_date(models_dir), "the packages were built from other inputs than these"
-    return package_builds.named(__version__)
 
 
 def _sh(package: Path, *args: str, timeout: float = 1800, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -152,7 +140,8 @@ def test_installed_server_answers_offline_as_nobody_in_an_empty_environment(buil
     server = subprocess.Popen(
         ["ip", "netns", "exec", netns, "strace", "-ff", "--seccomp-bpf", "-qq", "-e", "signal=none", "-e",
          "trace=connect,openat,execve", "-o", str(trace), "env", "-i", *NOBODY, str(launcher), "serve"],
-        cwd=elsewhere, stdout=subprocess.DEVNULL, stderr=open(public_tmp / "serve.log", "wb"), start_new_session=True)
+        cwd=elsewhere, stdout=subprocess.DEVNULL, stderr=open(public_tmp / "serve.log", "wb"), start_new_session=True,
+        env=CLEAN)
     try:
         url = "http://127.0.0.1:8080"
         ready = _wait_ready(netns, url, server, public_tmp / "serve.log")
@@ -164,7 +153,7 @@ def test_installed_server_answers_offline_as_nobody_in_an_empty_environment(buil
         assert answered["metrics_status"] == 200
         assert any(line.startswith("appliance_requests_total{") for line in answered["metrics_lines"])
         doctor = subprocess.run(["ip", "netns", "exec", netns, "env", "-i", *NOBODY, str(launcher), "doctor",
-                                 "--json"], capture_output=True, text=True, timeout=300, cwd=elsewhere)
+                                 "--json"], capture_output=True, text=True, timeout=300, cwd=elsewhere, env=CLEAN)
         findings = {f["check"]: f for f in json.loads(doctor.stdout)}
         assert all(findings[f"model {name}"]["status"] == "ok" for name in ("minilm", "smollm2")), findings
         assert findings["indexes"]["status"] == "ok" and findings["store"]["status"] == "ok", findings
@@ -181,10 +170,7 @@ def test_installed_server_answers_offline_as_nobody_in_an_empty_environment(buil
     done_calls = [line for line in calls if re.search(r"(openat|execve)\(", line) and "= -1 " not in line]
     assert not [line for line in done_calls if str(DATA.parent) in line], "read ../shared"
     assert not [line for line in done_calls if "execve(" in line and str(ROOT) in line], "ran the checkout"
-    # Known gap (issue 15's note): on CI the frozen engines opened files of the build venv by absolute path
-    # (vLLM's LD_PRELOAD of torch's libgomp, found from the build's path); on a box that path does not exist.
-    borrowed = [line for line in done_calls if str(ROOT / ".venv") in line]
-    print(f"build-venv files opened: {len(borrowed)}", *borrowed[:5], sep="\n")
+    assert not [line for line in done_calls if str(ROOT / ".venv") in line], "opened the build venv's files"
     print(f"install {install_s:.1f} s, ready {ready['boot_ms'] / 1000:.1f} s")
 
 
@@ -257,7 +243,8 @@ def test_package_contents_checksums_sbom_and_licences(builds, tmp_path):
     assert "faiss-cpu" not in by_name and "pyarrow" not in by_name, "excluded packages are not listed"
     unit = _member(builds["this"], "./etc/rag-appliance.service")
     for hardening in ("User=appliance", "NoNewPrivileges=yes", "ProtectSystem=strict", "ReadWritePaths=@DATA_DIR@",
-                      "PrivateDevices=yes", "CapabilityBoundingSet=\n", "ProtectProc=invisible", "RemoveIPC=yes"):
+                      "PrivateDevices=yes", "CapabilityBoundingSet=\n", "ProtectProc=invisible", "RemoveIPC=yes",
+                      "SystemCallFilter=@system-service", "AF_NETLINK"):
         assert hardening in unit, hardening
     directives = [line for line in unit.splitlines() if line and not line.startswith("#")]
     assert not any(line.startswith("ProcSubset=") for line in directives)  # the server reads /proc/cpuinfo, meminfo
@@ -268,9 +255,9 @@ def test_package_contents_checksums_sbom_and_licences(builds, tmp_path):
 
 def _check_unit(unit: str, tmp_path: Path) -> None:
     """The unit as the installer writes it, read by systemd's own checker (no systemd needs to run): it loads
-    (`systemd-analyze verify`: directives, the executable) and its exposure stays at most 3.0 (`security
-    --offline`: 0 is locked down, 10 is none of it; 2.8 on systemd 252, 3.2 before PrivateMounts, RemoveIPC and
-    ProtectProc)."""
+    (`systemd-analyze verify`: directives, the executable) and its exposure stays at most 2.0 (`security
+    --offline`: 0 is locked down, 10 is none of it; 1.5 on systemd 252, 2.8 before the system-call filter).
+    test_package_service.py runs it under a booted systemd."""
     analyze = shutil.which("systemd-analyze")
     assert analyze, "systemd-analyze is not installed (`just package-tools` installs it)"
     prefix = tmp_path / "opt"
@@ -281,7 +268,7 @@ def _check_unit(unit: str, tmp_path: Path) -> None:
     path.write_text(unit.replace("@PREFIX@", str(prefix)).replace("@DATA_DIR@", "/var/lib/rag-appliance"))
     verified = subprocess.run([analyze, "verify", str(path)], capture_output=True, text=True)
     assert verified.returncode == 0 and not verified.stderr.strip(), verified.stderr
-    review = subprocess.run([analyze, "security", "--offline=true", "--threshold=30", "--no-pager", str(path)],
+    review = subprocess.run([analyze, "security", "--offline=true", "--threshold=20", "--no-pager", str(path)],
                             capture_output=True, text=True)
     assert review.returncode == 0, review.stdout[-3000:] + review.stderr  # the threshold is in tenths
 

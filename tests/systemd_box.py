@@ -18,11 +18,19 @@ from support import ROOT
 
 TOOLS = ("debootstrap", "systemd-nspawn", "nsenter")
 MISSING_TOOLS = [tool for tool in TOOLS if shutil.which(tool) is None]
-SUITE, MIRROR = "bookworm", "http://deb.debian.org/debian"
+SUITE = "bookworm"
 # minbase plus what the installer and an admin use: systemd as init, useradd, ps, ip
 INCLUDE = "systemd,systemd-sysv,dbus,passwd,procps,iproute2"
 TEMPLATE = ROOT / "build" / "systemd-box" / SUITE
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _mirror() -> str:
+    """The Debian mirror this machine's apt uses (the registry CI reaches), else Debian's own."""
+    sources = Path("/etc/apt/sources.list.d/debian.sources")
+    lines = sources.read_text().splitlines() if sources.exists() else []
+    uris = [line.split()[1] for line in lines if line.startswith("URIs:") and len(line.split()) > 1]
+    return next((uri for uri in uris if "security" not in uri), "http://deb.debian.org/debian")
 
 
 def template() -> Path:
@@ -33,7 +41,7 @@ def template() -> Path:
     incoming = TEMPLATE.with_name(TEMPLATE.name + ".incoming")
     shutil.rmtree(incoming, ignore_errors=True)
     incoming.parent.mkdir(parents=True, exist_ok=True)
-    made = subprocess.run(["debootstrap", "--variant=minbase", f"--include={INCLUDE}", SUITE, str(incoming), MIRROR],
+    made = subprocess.run(["debootstrap", "--variant=minbase", f"--include={INCLUDE}", SUITE, str(incoming), _mirror()],
                           capture_output=True, text=True, timeout=1200)
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
     (incoming / ".made-with").write_text(INCLUDE)

@@ -1,9 +1,11 @@
-"""vLLM engine-set helpers that need no engine: socket folder, leftover processes."""
+"""vLLM engine-set helpers that need no engine: socket folder, leftover processes, the device check."""
 import shutil
 import uuid
 from pathlib import Path
 
-from appliance.generate.vllm_engines import _socket_dir
+import pytest
+
+from appliance.generate.vllm_engines import EngineConfigError, _socket_dir, build_vllm_engines
 
 
 def test_socket_dir_stays_short_enough_for_unix_sockets(tmp_path):
@@ -132,3 +134,15 @@ def test_an_engine_sets_its_environment_on_the_event_loop_thread(tmp_path, monke
     assert "VLLM_CPU_KVCACHE_SPACE" not in os.environ, "the legacy variable would override kv_cache_gib"
     assert {name for name, _ in writes} == {"VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE"}
     assert all(thread is loop_thread for _, thread in writes), "set on the event loop's thread only"
+
+
+def test_a_vllm_that_finds_no_device_is_a_clear_boot_error(settings, monkeypatch, tmp_path):
+    """The gpu package on a box without a GPU: vLLM's CUDA build reports its UnspecifiedPlatform (device type "")
+    and would fail later with "Device string must not be empty"."""
+    import vllm.platforms
+    from vllm.platforms.interface import UnspecifiedPlatform
+
+    monkeypatch.setattr(vllm.platforms, "current_platform", UnspecifiedPlatform())
+    with pytest.raises(EngineConfigError, match="no device to run on.*cpu package"):
+        build_vllm_engines(settings.engines(), settings.generate, settings.models_dir, tmp_path)
+    assert not list(tmp_path.iterdir()), "nothing was prepared"

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 
 def detect_device(setting: str) -> str:
-    """`auto`: what vLLM's platform says (cpu or gpu); otherwise the setting as is."""
+    """`auto`: what vLLM's platform says (cpu or gpu; "" where it finds no device it can run on: the CUDA build of
+    vLLM on a box without a GPU or its driver); otherwise the setting as is."""
     if setting != "auto":
         return setting
     from vllm.platforms import current_platform
 
-    return "cpu" if current_platform.is_cpu() else "gpu"
+    if current_platform.is_cpu():
+        return "cpu"
+    return "gpu" if current_platform.device_type else ""
 
 
 def cpu_has_native_bf16() -> bool:

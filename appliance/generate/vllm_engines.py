@@ -82,6 +82,9 @@ def build_vllm_engines(engines: dict[str, EngineSettings], generate: GenerateSet
                        state_dir: Path, wait_budget_s: float = float("inf")) -> EngineSet:
     """One vLLM engine per configured role, not started yet (`EngineSet.start` starts them in order)."""
     device = detect_device(generate.device)
+    if not device:
+        raise EngineConfigError("vLLM finds no device to run on: this vLLM (the gpu package's) needs an NVIDIA GPU "
+                                "and its driver (nvidia-smi); a box without one runs the cpu package")
     if device == "gpu" and sum(spec.gpu_memory_utilization for spec in engines.values()) >= 0.95:
         raise EngineConfigError("the engines' gpu_memory_utilization shares must sum below 0.95")
     built = {}

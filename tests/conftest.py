@@ -1,6 +1,9 @@
 """Fixtures: built models, real data slices, a real server on loopback with a SciFact slice ingested."""
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -9,22 +12,32 @@ from appliance.config import GenerateSettings, Settings
 from appliance.evaluate import BeirData, beir_documents
 from appliance.models import build_models
 import package_builds
+import systemd_box
 from support import ROOT, SCIFACT, LiveServer, beir_slice, make_settings, observe_boot, write_keys
 
 
+SYSTEMD_TEMPLATE = pytest.StashKey[subprocess.Popen]()  # the service test's root file system, made meanwhile
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """The package tests' builds start now, in the background, so they overlap the tests before them."""
+    """The package tests' builds and the service test's root file system start now, in the background, so they
+    overlap the tests before them."""
     if session.config.option.collectonly or not package_builds.CAN_RUN:
         return
     if any(item.path.name.startswith("test_package") for item in session.items):
         if not package_builds.up_to_date(ROOT / "models"):
             session.config.stash[package_builds.BACKGROUND] = package_builds.Background()
+    if any(item.path.name == "test_package_service.py" for item in session.items) and not systemd_box.MISSING_TOOLS:
+        session.config.stash[SYSTEMD_TEMPLATE] = systemd_box.start_in_background()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     background = config.stash.get(package_builds.BACKGROUND, None)
     if background is not None:
         background.stop()
+    template = config.stash.get(SYSTEMD_TEMPLATE, None)
+    if template is not None and template.poll() is None:
+        os.killpg(template.pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="session")

@@ -7,10 +7,12 @@ its network namespace only (the host's files and Python: the test's HTTP driver 
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ SUITE = "bookworm"
 # minbase plus what the installer and an admin use: systemd as init, useradd, ps, ip
 INCLUDE = "systemd,systemd-sysv,dbus,passwd,procps,iproute2"
 TEMPLATE = ROOT / "build" / "systemd-box" / SUITE
+LOCK = TEMPLATE.with_name(SUITE + ".lock")
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -34,10 +37,18 @@ def _mirror() -> str:
 
 
 def template() -> Path:
-    """The root file system, made by debootstrap when missing or made with another package list (~1 min)."""
-    stamp = TEMPLATE / ".made-with"
-    if stamp.exists() and stamp.read_text() == INCLUDE:
-        return TEMPLATE
+    """The root file system, made by debootstrap when missing or made with another package list (~1 min). A lock
+    keeps two makers apart: conftest.py starts one in the background when a session collects the service test."""
+    LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        stamp = TEMPLATE / ".made-with"
+        if not (stamp.exists() and stamp.read_text() == INCLUDE):
+            _debootstrap()
+    return TEMPLATE
+
+
+def _debootstrap() -> None:
     incoming = TEMPLATE.with_name(TEMPLATE.name + ".incoming")
     shutil.rmtree(incoming, ignore_errors=True)
     incoming.parent.mkdir(parents=True, exist_ok=True)
@@ -47,7 +58,12 @@ def template() -> Path:
     (incoming / ".made-with").write_text(INCLUDE)
     shutil.rmtree(TEMPLATE, ignore_errors=True)
     incoming.rename(TEMPLATE)
-    return TEMPLATE
+
+
+def start_in_background() -> subprocess.Popen:
+    """`template()` in a process of its own at idle priority, overlapping the tests before the service test."""
+    return subprocess.Popen(["nice", "-n", "19", sys.executable, __file__], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True, cwd=ROOT)
 
 
 class Box:
@@ -122,3 +138,7 @@ class Box:
                         os.kill(pid, signal.SIGKILL)
                 self._nspawn.wait(30)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    template()

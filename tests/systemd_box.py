@@ -52,8 +52,8 @@ def _debootstrap() -> None:
     incoming = TEMPLATE.with_name(TEMPLATE.name + ".incoming")
     shutil.rmtree(incoming, ignore_errors=True)
     incoming.parent.mkdir(parents=True, exist_ok=True)
-    made = subprocess.run(["debootstrap", "--variant=minbase", f"--include={INCLUDE}", SUITE, str(incoming), _mirror()],
-                          capture_output=True, text=True, timeout=1200)
+    made = subprocess.run(["debootstrap", "--variant=minbase", f"--include={INCLUDE}", SUITE, str(incoming),
+                           _mirror()], capture_output=True, text=True, timeout=1200)
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
     (incoming / ".made-with").write_text(INCLUDE)
     shutil.rmtree(TEMPLATE, ignore_errors=True)

@@ -27,8 +27,9 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if any(item.path.name.startswith("test_package") for item in session.items):
         if not package_builds.up_to_date(ROOT / "models"):
             session.config.stash[package_builds.BACKGROUND] = package_builds.Background()
-    if any(item.path.name == "test_package_service.py" for item in session.items) and not systemd_box.MISSING_TOOLS:
-        session.config.stash[SYSTEMD_TEMPLATE] = systemd_box.start_in_background()
+    if any(item.path.name == "test_package_service.py" for item in session.items):
+        if not systemd_box.MISSING_TOOLS and not systemd_box.made():
+            session.config.stash[SYSTEMD_TEMPLATE] = systemd_box.start_in_background()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

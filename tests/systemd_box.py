@@ -42,10 +42,15 @@ def template() -> Path:
     LOCK.parent.mkdir(parents=True, exist_ok=True)
     with open(LOCK, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        stamp = TEMPLATE / ".made-with"
-        if not (stamp.exists() and stamp.read_text() == INCLUDE):
+        if not made():
             _debootstrap()
     return TEMPLATE
+
+
+def made() -> bool:
+    """The template is there, made with today's package list."""
+    stamp = TEMPLATE / ".made-with"
+    return stamp.exists() and stamp.read_text() == INCLUDE
 
 
 def _debootstrap() -> None:

@@ -234,8 +234,12 @@ def _scale_section(s: dict) -> list[str]:
             lines.append(f"| {label} | {st['p50_ms']} | {st['p99_ms']} | {stages} |")
     lines += ["", f"- Version folder on disk: {_mib(mem['version_folder_bytes'])}; token shards: {tokens}.",
               f"- RSS growth after opening: {_rss(mem['rss_growth_open'])}; after the queries: "
-              f"{_rss(mem['rss_growth_after_queries'])}. The index files are memory-mapped: their pages count as "
-              "file-backed once touched (page cache the kernel can drop), the heap as anonymous."]
+              f"{_rss(mem['rss_growth_after_queries'])}"
+              + (f" ({mem['queries_before_rss']} queries)" if "queries_before_rss" in mem else "")
+              + (f"; after the search-only runs ({mem['requests_before_rss_search_only']:,} more requests): "
+                 f"{_rss(mem['rss_growth_after_search_only'])}" if "rss_growth_after_search_only" in mem else "")
+              + ". The index files are memory-mapped: their pages count as file-backed once touched (page cache the "
+              "kernel can drop), the heap as anonymous."]
     if "search_only" in s:
         peers = s.get("peers", {})
         lines += _search_only_table({"search_only": s["search_only"]}, peers,
@@ -244,7 +248,9 @@ def _scale_section(s: dict) -> list[str]:
         lines += ["", "The peers index the same chunk texts and vectors, read back from this partition; quality is "
                   "not judged here (perturbed copies). "
                   + (f"faiss+rank_bm25 is timed on {slow} queries only: rank_bm25 scores every chunk in Python."
-                     if slow else "")]
+                     if slow else "")
+                  + (" Its dense half is IVF-PQ with exact re-scoring of its candidates (RFlat), as a user at this "
+                     "size would pick." if "IVF" in peers.get("faiss+rank_bm25", {}).get("index_type", "") else "")]
         lines += _build_table(s, peers)
     return lines + [""]
 

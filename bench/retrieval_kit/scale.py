@@ -31,10 +31,11 @@ from .measure import SPEED_K, folder_bytes, latency_stats, ms_since, rss_bytes
 from .searchonly import OursSearchOnly, QueryVectors, encode_queries
 
 NOISE = 0.01  # per dimension; a copy keeps cosine ~0.98 with its original chunk
-# Chunks per build when token vectors are written: the builder holds a build's token vectors in memory at once
-# (~75 KB per chunk as int8, twice that in the f16 handed to it). Each build re-indexes BM25 over every chunk so far,
-# so fewer, larger steps are faster.
+# Chunks per build when token vectors are written: the builder is handed a build's token vectors at once (~135 KB
+# per chunk as f16). Each build copies the rows so far into its version, so a bigger partition takes bigger steps:
+# 25 builds of 40k at 1M (5.4 GB of f16 per step) rather than 100 of 10k.
 TOKEN_STEP = 10_000
+TOKEN_STEPS_MAX = 25
 
 
 def build(source: PartitionSnapshot, n_chunks: int, with_tokens: bool, index_settings, log=print) -> tuple[Path, dict]:
@@ -56,7 +57,8 @@ def build(source: PartitionSnapshot, n_chunks: int, with_tokens: bool, index_set
     rng = np.random.default_rng(0)
     words = random.Random(0)
     tokenizer = BM25Tokenizer()
-    step = TOKEN_STEP if with_tokens else n_chunks  # token vectors of 100k chunks do not fit in memory at once
+    # token vectors of 100k chunks do not fit in memory at once
+    step = max(TOKEN_STEP, -(-n_chunks // TOKEN_STEPS_MAX)) if with_tokens else n_chunks
     snapshot = None
     for version, start in enumerate(range(0, n_chunks, step), start=1):
         ids = np.arange(start, min(start + step, n_chunks), dtype=np.int64)
@@ -134,6 +136,7 @@ async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[
             vectors = await encode_queries(app.batcher, queries)
             engine = OursSearchOnly(app.searcher, app.tokenizer, targets, vectors)
             out["search_only"] = {label: await engine.measure(with_late, **search_only) for label, with_late in configs}
+            rss_loaded = rss_bytes()
         token_bytes = folder_bytes(partition_dir / "tokens") if snapshot.has_token_vectors else 0
         out["memory"] = {
             "version_folder_bytes": folder_bytes(version),
@@ -141,7 +144,12 @@ async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[
             "token_shard_bytes_estimated": None if token_bytes else _estimate_tokens(source, snapshot.size),
             "rss_growth_open": {k: rss_open[k] - rss_before[k] for k in rss_before},
             "rss_growth_after_queries": {k: rss_after[k] - rss_before[k] for k in rss_before},
+            "queries_before_rss": 5 * len(configs) + len(queries) * len(configs),
         }
+        if search_only is not None:  # after thousands of requests from 32 clients as well
+            out["memory"]["rss_growth_after_search_only"] = {k: rss_loaded[k] - rss_before[k] for k in rss_before}
+            out["memory"]["requests_before_rss_search_only"] = sum(
+                r["throughput"]["requests"] for r in out["search_only"].values())
         out["version_folder"] = str(version)
         return out, vectors
     finally:

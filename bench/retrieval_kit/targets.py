@@ -46,7 +46,7 @@ def _p99(scale: dict | None) -> list[dict]:
         if so:
             p99 = so["latency"]["p99_ms"]
             out.append(_verdict(P99, "search only", f"ours {label} {where}, single queries", f"{p99} ms", p99 <= 15))
-    if scale["chunks"] < 100_000:  # a quick run: the figure is shown, the target is not judged
+    if scale["chunks"] != 100_000:  # a quick run or the 1M one: the figure is shown, the target is not judged
         for v in out:
             v["met"], v["note"] = None, f"{scale['chunks']:,} chunks, not the 100k the target names"
     return out

@@ -110,6 +110,12 @@ bench-cluster: setup cluster-tools
 bench-retrieval: bench-setup
     {{py}} bench/retrieval.py
 
+# SciFact (ours), then 1M perturbed SciFact chunks with token vectors, ours and the peers over them (~2 h on 2 cores,
+# ~15 GiB under bench/.cache). The retrieval benchmark at a million chunks; writes bench/results/retrieval_1m.md.
+bench-retrieval-1m: bench-setup
+    {{py}} bench/retrieval.py --datasets scifact --skip-peers --skip-http --scale-chunks 1000000 \
+        --txtai-scale-limit 900 --out bench/results/retrieval_1m
+
 # Generation benchmark: vLLM vs naive transformers serving, continuous batching, prefix caching, AWQ, router;
 # writes bench/results/generation.md.
 bench-generation: setup

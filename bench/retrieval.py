@@ -186,7 +186,8 @@ async def main(argv: list[str] | None = None) -> int:
             results["scale"], vectors = await scale.run(scale_source, args.scale_chunks,
                                                         list(judged.queries.values()), late, log, search_only)
             log(f"    {results['scale']}")
-            if vectors is not None and not args.skip_scale_peers:
+            if vectors is not None and not args.skip_scale_peers:  # what is measured so far is kept if they fail
+                machine.write_results(args.out, results, report.markdown, started, targets.targets, log)
                 results["scale"]["peers"] = await asyncio.to_thread(
                     scalepeers.run, Path(results["scale"]["version_folder"]), vectors, args.clients,
                     args.search_only_requests, args.scale_slow_queries, args.txtai_scale_limit, log)

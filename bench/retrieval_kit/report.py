@@ -24,7 +24,8 @@ def markdown(r: dict) -> str:
               f"- Date: {m['date']}; commit: {m['commit'] or 'none yet'}{dirty}; wall time {m['wall_s']} s",
               f"- Load average (1, 5, 15 min) at start: {m['load_average_at_start']}, at end: "
               f"{m['load_average_at_end']} (anything else running on the box shows here)",
-              f"- Machine: {m['cpu_model']}, {m['cores']} cores ({m['cores_usable']} usable), "
+              f"- Machine: {m['cpu_model']}, SIMD flags: {', '.join(m.get('cpu_simd', [])) or 'none recorded'}; "
+              f"{m['cores']} cores ({m['cores_usable']} usable), "
               f"{m['memory_gib']} GiB RAM, Python {m['python']}",
               "- Packages: " + ", ".join(f"{k} {v}" for k, v in m["packages"].items() if v), "",
               "How it is measured:",

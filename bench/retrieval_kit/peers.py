@@ -19,6 +19,7 @@ import numpy as np
 
 from appliance.retrieve import rrf
 from appliance.text import BM25Tokenizer
+from vectors_kit.systems import NPROBE, PQ, ivf_lists  # the IVF-PQ of bench/vectors_scale.py
 
 from .data import Corpus
 from .measure import doc_ranking, ms_since
@@ -40,7 +41,7 @@ class FaissRankBM25:
         self.rrf_k = rrf_k
         self.index = _ivf_pq(corpus.dense) if ivf_pq else _flat(corpus.dense)
         if ivf_pq:
-            self.index_type = f"IVF{ivf_lists(len(corpus.dense))},{IVF_PQ},RFlat, nprobe {IVF_NPROBE}"
+            self.index_type = f"IVF{ivf_lists(len(corpus.dense))},{PQ},RFlat, nprobe {NPROBE}"
         self.bm25 = BM25Okapi([self.tokenize(corpus.bm25_text(r)) for r in range(len(corpus.texts))])
         self.build_s = round(time.perf_counter() - started, 1)
 
@@ -71,11 +72,7 @@ class FaissRankBM25:
         return {"bm25": bm25[:k], "dense": dense[:k], "hybrid": fused}
 
 
-IVF_PQ, IVF_NPROBE, IVF_REFINE = "PQ48", 32, 4  # as bench/vectors_scale.py's faiss-ivfpq+rescore
-
-
-def ivf_lists(n: int) -> int:  # faiss's rule of thumb, ~4 sqrt(n) lists as a power of two
-    return 2 ** round(np.log2(4 * np.sqrt(n)))
+IVF_REFINE = 4  # candidates re-scored exactly: 4 x what the search asks for
 
 
 def _flat(dense: np.ndarray):
@@ -91,12 +88,12 @@ def _ivf_pq(dense: np.ndarray):
     import faiss
 
     lists = ivf_lists(len(dense))
-    index = faiss.index_factory(dense.shape[1], f"IVF{lists},{IVF_PQ},RFlat", faiss.METRIC_INNER_PRODUCT)
+    index = faiss.index_factory(dense.shape[1], f"IVF{lists},{PQ},RFlat", faiss.METRIC_INNER_PRODUCT)
     sample = np.random.default_rng(2).choice(len(dense), min(len(dense), lists * 40), replace=False)
     index.train(np.ascontiguousarray(dense[np.sort(sample)], dtype=np.float32))
     for start in range(0, len(dense), 100_000):
         index.add(np.ascontiguousarray(dense[start:start + 100_000], dtype=np.float32))
-    faiss.extract_index_ivf(index).nprobe = IVF_NPROBE
+    faiss.extract_index_ivf(index).nprobe = NPROBE
     index.k_factor = IVF_REFINE
     return index
 

@@ -31,6 +31,7 @@ from .measure import SPEED_K, folder_bytes, latency_stats, ms_since, rss_bytes
 from .searchonly import OursSearchOnly, QueryVectors, encode_queries
 
 NOISE = 0.01  # per dimension; a copy keeps cosine ~0.98 with its original chunk
+WARM_UP = 5  # untimed queries before each timed pass
 # Chunks per build when token vectors are written. Each build copies the rows so far into its version, so a bigger
 # partition takes bigger steps: 10 builds of 100k at 1M rather than 100 of 10k. (The copies' token vectors are the
 # source's own arrays, decoded once, so a step's input does not grow with it.)
@@ -58,7 +59,7 @@ def build(source: PartitionSnapshot, n_chunks: int, with_tokens: bool, index_set
     rng = np.random.default_rng(0)
     words = random.Random(0)
     tokenizer = BM25Tokenizer()
-    # token vectors of 100k chunks do not fit in memory at once
+    # a build holds its new shard's codes in memory (~9 GB for 1M chunks in one build)
     step = max(TOKEN_STEP, -(-n_chunks // TOKEN_STEPS_MAX)) if with_tokens else n_chunks
     snapshot = None
     for version, start in enumerate(range(0, n_chunks, step), start=1):
@@ -128,7 +129,7 @@ async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[
         out: dict = {"chunks": snapshot.size}
         configs = [("hybrid", False)] + ([("hybrid+late", True)] if late else [])
         for label, with_late in configs:
-            for q in queries[:5]:
+            for q in queries[:WARM_UP]:
                 await search(q, with_late)
             runs = [await search(q, with_late) for q in queries]
             out[label] = latency_stats([t["total"] for t in runs])
@@ -148,7 +149,7 @@ async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[
             "token_shard_bytes_estimated": None if token_bytes else _estimate_tokens(source, snapshot.size),
             "rss_growth_open": {k: rss_open[k] - rss_before[k] for k in rss_before},
             "rss_growth_after_queries": {k: rss_after[k] - rss_before[k] for k in rss_before},
-            "queries_before_rss": 5 * len(configs) + len(queries) * len(configs),
+            "queries_before_rss": (min(WARM_UP, len(queries)) + len(queries)) * len(configs),
         }
         if search_only is not None:  # after thousands of requests from 32 clients as well
             out["memory"]["rss_growth_after_search_only"] = {k: rss_loaded[k] - rss_before[k] for k in rss_before}

@@ -5,6 +5,7 @@ import signal
 import time
 
 import httpx
+import psutil
 from openai import OpenAI
 
 GSM8K_LIKE = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
@@ -56,6 +57,26 @@ def test_ready_only_after_warm_up(llm_served):
         body = c.post("/v1/ask", json={"tenant": "default", "question": "Where do vectors live?", "model": "small",
                                        "max_tokens": 4}).json()
     assert body["usage"]["cached_prompt_tokens"] > 0, body["usage"]
+
+
+def test_engines_started_together_each_took_its_own_cores(llm_served):
+    """On a CPU both engines start at once; each one's processes were spawned with its own core binding (set under
+    the spawn lock, which it held until its engine core existed) and are its own, not the other engine's. (The
+    binding is read from where it acts, the worker's CPU affinity: setproctitle overwrites /proc/PID/environ.)"""
+    live, _ = llm_served
+    engine_set = live.app.state.services.engines
+    assert engine_set.start_together
+    assert engine_set["small"].spec.cpu_cores == "0" and engine_set["large"].spec.cpu_cores == "1"
+    seen = {}
+    for role, core in (("small", 0), ("large", 1)):
+        engine = engine_set[role]
+        assert len(engine.pids) == 2, engine.pids
+        engine_core, worker = (psutil.Process(pid) for pid in engine.pids)
+        assert engine_core.name().startswith("VLLM::EngineCor") and worker.name().startswith("VLLM::Worker")
+        assert worker.ppid() == engine_core.pid and engine_core.ppid() == os.getpid()
+        assert os.sched_getaffinity(worker.pid) == {core}, (role, os.sched_getaffinity(worker.pid))
+        seen[role] = set(engine.pids)
+    assert not seen["small"] & seen["large"]
 
 
 def test_ask_json_has_answer_sources_route_and_timings(llm_served):

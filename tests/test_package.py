@@ -205,9 +205,8 @@ def test_upgrade_keeps_data_a_broken_build_rolls_back_and_reinstall_keeps_data(b
     assert upgraded.returncode == 0, upgraded.stderr
     assert os.readlink(prefix / "current") == builds["version"] and (prefix / "0.0.9").is_dir()
     assert settings.read_text() == edited, "the box's settings are kept"
-    (after,) = _with_server(prefix, log, url, ("inventory", QUESTION))
-    assert after["documents"] == ingested["documents"] and after["cache_entries"] >= 1, after
-    assert after["again"]["cache"] == "exact" and after["again"]["answer"] == asked["answer"]
+    # (what the upgraded version serves from the previous one's data is read once, at the end: a server boot is
+    # ~90 s of this test, and every step between keeps the data folder as it is)
 
     broken = _sh(builds["broken"], "install", *install, "--check-start")
     assert broken.returncode == 3, broken.stderr
@@ -220,7 +219,8 @@ def test_upgrade_keeps_data_a_broken_build_rolls_back_and_reinstall_keeps_data(b
     assert _sh(builds["this"], "install", *install).returncode == 0
     assert settings.read_text() == edited
     (again,) = _with_server(prefix, log, url, ("inventory", QUESTION))
-    assert again["documents"] == ingested["documents"] and again["again"]["cache"] == "exact"
+    assert again["documents"] == ingested["documents"] and again["cache_entries"] >= 1, again
+    assert again["again"]["cache"] == "exact" and again["again"]["answer"] == asked["answer"]
 
 
 def test_package_contents_checksums_sbom_and_licences(builds, tmp_path):

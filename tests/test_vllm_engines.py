@@ -1,11 +1,16 @@
-"""vLLM engine-set helpers that need no engine: socket folder, leftover processes, the device check."""
+"""vLLM engine-set helpers that need no engine: socket folder, leftover processes, the device check; how an engine
+set starts its engines (scripted engines: the order is the engine set's logic)."""
+import asyncio
 import shutil
 import uuid
 from pathlib import Path
 
 import pytest
 
+from appliance.generate import EngineSet
 from appliance.generate.vllm_engines import EngineConfigError, _socket_dir, build_vllm_engines
+
+from scripted import ScriptedEngine
 
 
 def test_socket_dir_stays_short_enough_for_unix_sockets(tmp_path):
@@ -146,3 +151,46 @@ def test_a_vllm_that_finds_no_device_is_a_clear_boot_error(settings, monkeypatch
     with pytest.raises(EngineConfigError, match="no device to run on.*cpu package"):
         build_vllm_engines(settings.engines(), settings.generate, settings.models_dir, tmp_path)
     assert not list(tmp_path.iterdir()), "nothing was prepared"
+
+
+class SlowStart(ScriptedEngine):
+    def __init__(self, role: str, log: list, fails: bool = False):
+        super().__init__(role, tokenizer=None)
+        self.log, self.fails = log, fails
+
+    async def start(self) -> None:
+        self.log.append(("begin", self.role))
+        await asyncio.sleep(0.05 if self.fails else 0.3)
+        if self.fails:
+            raise RuntimeError(f"{self.role}: no model")
+        await super().start()
+        self.log.append(("end", self.role))
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_engines_start_together_or_in_order_and_a_failed_start_waits_for_the_others(together):
+    async def boot(fails: bool) -> tuple[list, list, RuntimeError | None, list[str]]:
+        log, recorded = [], []
+        engines = EngineSet({"small": SlowStart("small", log), "large": SlowStart("large", log, fails)},
+                            after_start=lambda: recorded.append(list(log)), start_together=together)
+        error = None
+        try:
+            await engines.start()
+        except RuntimeError as exc:
+            error = exc
+        states = [engines[role].state for role in engines]
+        await engines.stop()
+        return log, recorded, error, states
+
+    log, recorded, error, states = asyncio.run(boot(fails=False))
+    assert error is None and states == ["up", "up"]
+    if together:
+        assert log[:2] == [("begin", "small"), ("begin", "large")], log
+    else:
+        assert log == [("begin", "small"), ("end", "small"), ("begin", "large"), ("end", "large")], log
+    assert recorded == [log], "the processes are recorded once every engine has started"
+
+    log, recorded, error, states = asyncio.run(boot(fails=True))
+    assert str(error) == "large: no model"
+    assert ("end", "small") in log, "the set failed only once the other start had ended"
+    assert states == ["up", "stopped"] and recorded == [log], "what did start is recorded"

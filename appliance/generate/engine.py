@@ -1,11 +1,14 @@
 """One vLLM AsyncLLM engine (V1) in the server process: start, stream, abort, and restart after it dies.
 
-vLLM's environment variables are process-wide but read when an engine spawns its processes, so the pool starts
-engines one at a time and sets each one's variables (CPU core binding above all) just before creating it.
+vLLM's environment variables are process-wide but read when an engine spawns its processes, so each engine sets its
+own (CPU core binding above all) just before creating itself, under a lock shared by the engines of one server that
+it holds until its engine-core process exists (the environment is then the child's copy): the rest of a start (the
+child's imports, loading the model) may overlap another engine's.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -22,13 +25,16 @@ from .stats import EngineStats, stat_logger_factory
 
 log = logging.getLogger("appliance.generate")
 GIB = 1 << 30
+SPAWN_POLL_S = 0.05
 
 
 class VllmEngine:
     """A `TextEngine` (engines.py) on vLLM's AsyncLLM."""
 
-    def __init__(self, role: str, spec: EngineSettings, limits: EngineLimits, model: Path, device: str):
+    def __init__(self, role: str, spec: EngineSettings, limits: EngineLimits, model: Path, device: str,
+                 spawn_lock: asyncio.Lock | None = None):
         self.role, self.spec, self.limits, self.model, self.device = role, spec, limits, model, device
+        self._spawn_lock = spawn_lock or asyncio.Lock()  # shared by the engines of one server
         self.state = "stopped"  # stopped, starting, up, down
         self.stats = EngineStats()
         self.in_flight = 0
@@ -71,28 +77,31 @@ class VllmEngine:
         self.ttft_per_request_s = 0.0
         self.state = "starting"
         started = time.perf_counter()
-        before = {p.pid for p in psutil.Process().children(recursive=True)}
-        # os.environ is process-wide and not safe to change while other threads read it: set here, on the event
-        # loop's thread, before handing off (the EngineSet starts engines one at a time, so none reads them now)
-        for name, value in self._environment().items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         try:
-            self._llm = await asyncio.to_thread(self._create)
+            async with self._spawn_lock:
+                before = {p.pid for p in psutil.Process().children(recursive=True)}
+                self._set_environment()
+                creating = asyncio.ensure_future(asyncio.to_thread(self._create))
+                core = await _spawned_core(creating, before)
+            self._llm = await creating
         except BaseException:
             self.state = "down"
             raise
-        # vLLM names its processes VLLM::EngineCore / VLLM::Worker; a shared helper (multiprocessing's resource
-        # tracker) may appear with the first engine and must not be killed with this one
-        self.pids = [p.pid for p in psutil.Process().children(recursive=True)
-                     if p.pid not in before and p.name().startswith("VLLM")]
+        self.pids = _engine_processes(core)
         self._tokenizer = self._llm.get_tokenizer()
         self.started_s = time.perf_counter() - started
         self.restarts += restart
         self.state = "up"
         log.info("engine %s up in %.1f s: %s (%s)", self.role, self.started_s, self.model, self.device)
+
+    def _set_environment(self) -> None:
+        # os.environ is process-wide and not safe to change while other threads read it: set here, on the event
+        # loop's thread, under the spawn lock (no other engine's creation is reading it now)
+        for name, value in self._environment().items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
     def _environment(self) -> dict[str, str | None]:
         """vLLM's variables for this engine (None: unset), read when it spawns its processes."""
@@ -188,3 +197,33 @@ class VllmEngine:
                             resolve_dtype(self.spec.dtype, self.device), self.spec.max_model_len, self.in_flight,
                             self.restarts, round(self.estimated_wait_s, 3),
                             round(self.started_s, 1) if self.started_s else None, **self.stats.snapshot())
+
+
+async def _spawned_core(creating: asyncio.Future, before: set[int]) -> psutil.Process | None:
+    """The engine-core process this start spawned, once it has named itself VLLM::EngineCore (it then runs on its
+    own copy of the environment); None if the creation ended first (it failed, or setproctitle is missing)."""
+    me = psutil.Process()
+    while True:
+        done = creating.done()
+        for proc in me.children():
+            if proc.pid not in before and _vllm_named(proc):
+                return proc
+        if done:
+            return None
+        await asyncio.sleep(SPAWN_POLL_S)
+
+
+def _engine_processes(core: psutil.Process | None) -> list[int]:
+    """The engine-core process and its workers (its children, also named VLLM::...). Not multiprocessing's
+    resource tracker, a child shared by every engine, nor another engine's processes."""
+    if core is None:
+        return []
+    with contextlib.suppress(psutil.Error):
+        return [core.pid, *(p.pid for p in core.children(recursive=True) if _vllm_named(p))]
+    return [core.pid]
+
+
+def _vllm_named(proc: psutil.Process) -> bool:
+    with contextlib.suppress(psutil.Error):
+        return proc.name().startswith("VLLM")
+    return False

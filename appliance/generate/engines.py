@@ -105,12 +105,15 @@ class Pick:
 
 
 class EngineSet(Mapping[str, TextEngine]):
-    """Engines by role, in fallback order. Started one after the other (two vLLM engines starting at once is a
-    known failure), and so are restarts."""
+    """Engines by role, in fallback order. `start_together`: the engines start at once (each serialises what must
+    not overlap itself, as VllmEngine does its spawn); otherwise one after the other (on a GPU, an engine sizes its
+    cache from the memory free while it starts, which another engine's start changes). Restarts: one at a time."""
 
     def __init__(self, engines: Mapping[str, TextEngine], wait_budget_s: float = float("inf"),
-                 restart_delay_s: float = 2.0, after_start: Callable[[], None] | None = None):
+                 restart_delay_s: float = 2.0, after_start: Callable[[], None] | None = None,
+                 start_together: bool = False):
         self._engines = dict(engines)
+        self.start_together = start_together
         self.roles: tuple[str, ...] = tuple(self._engines)
         self.wait_budget_s = wait_budget_s  # an engine whose estimated wait is above this takes no new request
         self.restart_delay_s = restart_delay_s
@@ -130,10 +133,20 @@ class EngineSet(Mapping[str, TextEngine]):
         return len(self._engines)
 
     async def start(self) -> None:
-        for engine in self._engines.values():
-            async with self._start_lock:
-                await engine.start()
-            self._after_start()
+        """Every engine, then the supervisor that restarts dead ones. A failed start fails the whole, once every
+        other start has ended (so none comes up after the caller has stopped the set)."""
+        async with self._start_lock:
+            try:
+                if self.start_together:
+                    ended = await asyncio.gather(*(e.start() for e in self._engines.values()), return_exceptions=True)
+                    failed = next((e for e in ended if isinstance(e, BaseException)), None)
+                    if failed is not None:
+                        raise failed
+                else:
+                    for engine in self._engines.values():
+                        await engine.start()
+            finally:
+                self._after_start()  # the processes of whatever did start
         self._supervisor = asyncio.create_task(self._supervise())
 
     async def stop(self) -> None:

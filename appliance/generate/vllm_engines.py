@@ -6,6 +6,7 @@ on later, the environment its processes read, and ending engine processes a kill
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -80,14 +81,14 @@ def _socket_dir(state_dir: Path) -> Path:
 
 def build_vllm_engines(engines: dict[str, EngineSettings], generate: GenerateSettings, models_dir: Path,
                        state_dir: Path, wait_budget_s: float = float("inf")) -> EngineSet:
-    """One vLLM engine per configured role, not started yet (`EngineSet.start` starts them in order)."""
+    """One vLLM engine per configured role, not started yet (`EngineSet.start` starts them)."""
     device = detect_device(generate.device)
     if not device:
         raise EngineConfigError("vLLM finds no device to run on: this vLLM (the gpu package's) needs an NVIDIA GPU "
                                 "and its driver (nvidia-smi); a box without one runs the cpu package")
     if device == "gpu" and sum(spec.gpu_memory_utilization for spec in engines.values()) >= 0.95:
         raise EngineConfigError("the engines' gpu_memory_utilization shares must sum below 0.95")
-    built = {}
+    built, spawn_lock = {}, asyncio.Lock()
     for role, spec in engines.items():
         try:
             model = checkpoint_folder(models_dir, spec.model)
@@ -95,13 +96,16 @@ def build_vllm_engines(engines: dict[str, EngineSettings], generate: GenerateSet
             raise EngineConfigError(str(exc)) from None
         limits = EngineLimits(spec.max_model_len, spec.max_tokens, int(generate.context_tokens * spec.context_share),
                               spec.max_num_seqs + spec.max_waiting)
-        built[role] = VllmEngine(role, spec, limits, model, device)
+        built[role] = VllmEngine(role, spec, limits, model, device, spawn_lock)
         _check_runnable(built[role])
     state_dir = Path(state_dir)
     _prepare_environment(state_dir)
     _reap_leftovers(state_dir / PIDS_FILE)
+    # on CPUs each engine's cache is a fixed size, so engines may start together (the import-heavy start of vLLM's
+    # processes takes most of a boot); a GPU engine sizes its cache from the memory free while it starts
     return EngineSet(built, wait_budget_s, generate.restart_delay_s,
-                     after_start=lambda: _record_pids(built.values(), state_dir / PIDS_FILE))
+                     after_start=lambda: _record_pids(built.values(), state_dir / PIDS_FILE),
+                     start_together=device == "cpu")
 
 
 def _record_pids(engines, pids_file: Path) -> None:

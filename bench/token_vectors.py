@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import sys
 import time
@@ -29,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.machine import machine_info, progress_log, step_runner, write_results  # noqa: E402
 from bench.retrieval_kit.data import CACHE, code_hash  # noqa: E402
+from bench.retrieval_kit.measure import evict  # noqa: E402
 from bench.tokens_kit.codecs import (Candidates, faiss_pq_tokens, first_rows_sample, int8_tokens,  # noqa: E402
                                      rank, residual_tokens, training_sample)
 from bench.tokens_kit.report import markdown  # noqa: E402
@@ -132,7 +132,7 @@ async def cold_and_warm(data, log) -> dict:
     for label, folder, codec in (("int8", SOURCE, "int8"), ("residual", CACHE / "tokens-scifact-residual",
                                                              "residual")):
         for prefetch in (False, True):
-            _evict(folder / "indexes")
+            evict(folder / "indexes")
             index = {"token_codec": codec} | ({} if prefetch else {"warm_max_mib": "0"})
             async with open_services(settings_for(folder, cache=False, **index), warm_up=True,
                                      generation=False) as s:
@@ -157,17 +157,6 @@ def _stats(samples: list[tuple[float, float]]) -> dict:
             "late_p99_ms": round(float(np.percentile(late, 99)), 2),
             "total_p50_ms": round(float(np.percentile(total, 50)), 2),
             "total_p99_ms": round(float(np.percentile(total, 99)), 2)}
-
-
-def _evict(folder: Path) -> None:
-    """Drop the files' pages from the page cache (no process maps them now, so the kernel can)."""
-    for path in folder.rglob("*"):
-        if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
 
 
 async def main() -> None:

@@ -6,6 +6,7 @@ import itertools
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable
 
 import numpy as np
@@ -133,3 +134,14 @@ def folder_bytes(path: os.PathLike) -> int:
         for name in files:
             total += os.path.getsize(os.path.join(root, name))
     return total
+
+
+def evict(folder: Path) -> None:
+    """Drop the files' pages from the page cache (as after a reboot), where nothing maps them."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)

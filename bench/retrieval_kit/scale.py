@@ -13,7 +13,6 @@ import asyncio
 import gc
 import json
 import multiprocessing
-import os
 import random
 import shutil
 import time
@@ -31,7 +30,7 @@ from appliance.text import BM25Tokenizer
 
 from .data import CACHE, code_hash, make_settings
 from .kit import StageKit
-from .measure import SPEED_K, folder_bytes, latency_stats, ms_since, rss_bytes
+from .measure import SPEED_K, evict, folder_bytes, latency_stats, ms_since, rss_bytes
 from .searchonly import OursSearchOnly, QueryVectors, encode_queries
 
 NOISE = 0.01  # per dimension; a copy keeps cosine ~0.98 with its original chunk
@@ -215,17 +214,6 @@ def _cold_stats(runs: list[dict[str, float]]) -> dict:
     return {"p50_ms": total["p50_ms"], "p99_ms": total["p99_ms"],
             "late_p50_ms": round(float(np.percentile(late, 50)), 2),
             "late_p99_ms": round(float(np.percentile(late, 99)), 2)}
-
-
-def evict(folder: Path) -> None:
-    """Drop the files' pages from the page cache (as after a reboot), where nothing maps them."""
-    for path in folder.rglob("*"):
-        if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
 
 
 def _estimate_tokens(source: PartitionSnapshot, chunks: int) -> int | None:

@@ -79,7 +79,7 @@ class VllmEngine:
         started = time.perf_counter()
         try:
             async with self._spawn_lock:
-                before = {p.pid for p in psutil.Process().children(recursive=True)}
+                before = {p.pid for p in psutil.Process().children()}  # what the core is looked for among
                 self._set_environment()
                 creating = asyncio.ensure_future(asyncio.to_thread(self._create))
                 core = await _spawned_core(creating, before)

@@ -119,16 +119,12 @@ async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[
         snapshot = PartitionSnapshot(version, IndexSettings().expansion_search)
         rss_open = rss_bytes()
         targets = [Target("scale", snapshot)]
-
-        async def search(text: str, with_late: bool) -> dict[str, float]:
-            return await _timed_search(app, targets, text, with_late)
-
         out: dict = {"chunks": snapshot.size}
         configs = [("hybrid", False)] + ([("hybrid+late", True)] if late else [])
         for label, with_late in configs:
             for q in queries[:WARM_UP]:
-                await search(q, with_late)
-            runs = [await search(q, with_late) for q in queries]
+                await _timed_search(app, targets, q, with_late)
+            runs = [await _timed_search(app, targets, q, with_late) for q in queries]
             out[label] = latency_stats([t["total"] for t in runs])
             out[label]["stages_p99_ms"] = {s: round(float(np.percentile([t.get(s, 0.0) for t in runs], 99)), 2)
                                            for s in runs[0] if s != "total"}

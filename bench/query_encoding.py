@@ -49,6 +49,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=960, help="requests per concurrent run")
     p.add_argument("--loads", type=int, default=5, help="encoder loads whose auto choice is recorded")
     p.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "query_encoding")
+    p.add_argument("--earlier-fp32", type=Path, help="an earlier fp32 graph of MiniLM (e.g. the export before the "
+                   "BERT fusions), timed beside today's as the graph 'fp32 earlier'")
     return p.parse_args(argv)
 
 
@@ -148,6 +150,27 @@ def torch_peer(queries: list[str], threads: int) -> dict:
     return {"torch": torch.__version__, "threads": threads, "latency": percentiles(ms), "vectors": np.array(vectors)}
 
 
+def interleaved(encoders: dict, queries: list[str], block: int = 25) -> dict:
+    """Queries one at a time, `block` on one graph then the same on the next, round after round: a slow spell of
+    the box (a shared VM's CPU varies by ~30 % from minute to minute) hits every graph alike."""
+    ms: dict[str, list[float]] = {name: [] for name in encoders}
+    for start in range(0, len(queries), block):
+        for name, (encoder, _) in encoders.items():
+            for query in queries[start:start + block]:
+                began = time.perf_counter()
+                encoder.encode([query])
+                ms[name].append((time.perf_counter() - began) * 1000)
+    return {name: percentiles(values) for name, values in ms.items()}
+
+
+def with_graph(fp32: Path, into: Path) -> Path:
+    """A model folder that is MiniLM's, but for its fp32 graph."""
+    for name in ("model.onnx", "tokenizer.json"):
+        (into / name).symlink_to(MINILM / name)
+    (into / "model-fp32.onnx").symlink_to(fp32.resolve())
+    return into
+
+
 def agreement(a: np.ndarray, b: np.ndarray) -> dict:
     cosine = (a * b).sum(axis=1)
     return {"min": round(float(cosine.min()), 5), "mean": round(float(cosine.mean()), 5)}
@@ -181,25 +204,33 @@ async def main(args) -> None:
     results = {"meta": machine_info(["rag-appliance", "onnxruntime", "tokenizers", "torch", "transformers",
                                      "numpy"]) | {"quick": False, "queries": len(queries)}}
     step = step_runner(results)
-    encoders = {g: load_encoder("minilm", MINILM, threads=2, graph=g) for g in GRAPHS}
-    vectors = {g: e.encode(queries).dense for g, e in encoders.items()}
+    encoders = {g: (load_encoder("minilm", MINILM, threads=2, graph=g), g) for g in GRAPHS}  # name: (encoder, graph)
+    if args.earlier_fp32:
+        folder = with_graph(args.earlier_fp32, Path(tempfile.mkdtemp(prefix="earlier-fp32.")))
+        encoders["fp32 earlier"] = (load_encoder("minilm", folder, threads=2, graph="fp32"), "fp32")
+        results["meta"]["earlier_fp32"] = str(args.earlier_fp32)
+    vectors = {name: e.encode(queries).dense for name, (e, _) in encoders.items()}
 
     async def per_graph() -> dict:
         out = {}
-        for graph, encoder in encoders.items():
-            log(f"graph {graph}: breakdown, batcher, passages")
-            out[graph] = {"breakdown": await asyncio.to_thread(breakdown, encoder, graph, queries),
-                          **await through_batcher(encoder, queries, args.clients, args.requests),
-                          "passages": await asyncio.to_thread(passages, encoder, texts)}
+        for name, (encoder, graph) in encoders.items():
+            log(f"graph {name}: breakdown, batcher, passages")
+            out[name] = {"breakdown": await asyncio.to_thread(breakdown, encoder, graph, queries),
+                         **await through_batcher(encoder, queries, args.clients, args.requests),
+                         "passages": await asyncio.to_thread(passages, encoder, texts)}
         return out
 
     await step("graphs", per_graph())
+    log("graphs interleaved")
+    await step("interleaved", asyncio.to_thread(interleaved, encoders, queries))
     log("peer: transformers + torch")
     await step("peer", asyncio.to_thread(torch_peer, queries, 2))
     peer_vectors = results["peer"].pop("vectors")
     results["agreement"] = {"fp32_vs_int8": agreement(vectors["fp32"], vectors["int8"]),
                             "torch_vs_fp32": agreement(peer_vectors, vectors["fp32"]),
                             "torch_vs_int8": agreement(peer_vectors, vectors["int8"])}
+    if "fp32 earlier" in vectors:
+        results["agreement"]["fp32_vs_fp32_earlier"] = agreement(vectors["fp32"], vectors["fp32 earlier"])
 
     async def ranked() -> dict:
         out = {}

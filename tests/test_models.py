@@ -1,3 +1,4 @@
+import collections
 import hashlib
 import json
 import os
@@ -6,6 +7,7 @@ import subprocess
 import sys
 import zipfile
 
+import onnx
 import pytest
 
 from appliance.encode import load_encoder
@@ -195,6 +197,9 @@ def test_minilm_gets_its_fp32_graph_exported_from_the_original_checkpoint(models
     out = models_dir / "build" / "minilm"
     assert _sha(out / export.output) == export.sha256  # the export is byte-for-byte repeatable
     assert not (out / "model.safetensors").exists()  # the checkpoint was only the export's input
+    ops = collections.Counter(node.op_type for node in onnx.load(out / export.output).graph.node)
+    assert ops["Attention"] == 6 and ops["EmbedLayerNormalization"] == 1 and ops["SkipLayerNormalization"] == 12, ops
+    assert "Softmax" not in ops and sum(ops.values()) < 60, ops  # each layer's attention is one fused node
 
 
 def _minilm_copy(tmp_path, models_dir, sha256=None):
@@ -215,6 +220,26 @@ def test_an_fp32_export_with_other_bytes_is_left_out_and_the_int8_graph_kept(tmp
     assert not [p for p in tmp_path.joinpath("build").iterdir() if "export" in p.name]  # its staging is gone
     encoder = load_encoder("minilm", out)  # a box without the graph encodes with int8 alone
     assert encoder.graphs.query == encoder.graphs.passage == "int8"
+
+
+def test_an_fp32_export_whose_fusions_do_not_apply_is_left_out(tmp_path, models_dir, monkeypatch):
+    from onnxruntime.transformers import optimizer
+    from onnxruntime.transformers.fusion_options import FusionOptions
+
+    real = optimizer.optimize_model
+
+    def attention_unmatched(*args, **kwargs):  # as if another exporter's attention pattern met these fusions
+        options = FusionOptions("bert")
+        options.enable_attention = False
+        return real(*args, **kwargs, optimization_options=options)
+
+    monkeypatch.setattr(optimizer, "optimize_model", attention_unmatched)
+    said = []
+    report = build_models(tmp_path, ["minilm"], _minilm_copy(tmp_path, models_dir), log=said.append)
+    out = tmp_path / "build" / "minilm"
+    assert report.built == ["minilm"] and (out / "model.onnx").is_file() and not (out / "model-fp32.onnx").exists()
+    assert any("BERT fusions did not apply" in line and "int8 graph encodes alone" in line for line in said), said
+    assert not [p for p in tmp_path.joinpath("build").iterdir() if "export" in p.name]
 
 
 def test_without_torch_the_embedder_builds_with_its_int8_graph_alone(tmp_path, models_dir):

@@ -6,6 +6,9 @@ from bench.machine import report_header
 
 def markdown(r: dict) -> str:
     lines = report_header("Query encoding: MiniLM's int8 and fp32 ONNX graphs", r, "bench-encoding", "")
+    if r["meta"].get("earlier_fp32"):
+        lines += ["", f"`fp32 earlier`: the graph in `{r['meta']['earlier_fp32']}`, timed beside today's fp32 graph "
+                  "(`--earlier-fp32`)."]
     lines += ["", "How it is measured: SciFact's judged queries (one at a time unless said), 2 intra-op threads, the "
               "product's ONNX sessions and encoder; the peer runs sentence-transformers' recipe (mean pooling) in "
               "transformers + torch fp32 on the same checkpoint, 2 threads. `rest` is encode's mean minus the "
@@ -23,6 +26,10 @@ def markdown(r: dict) -> str:
                      f"{torch_p50 / b['encode']['p50_ms']:.2f}x faster |")
     lines.append(f"| transformers + torch {peer['torch']} (peer) | | | | | {torch_p50} | "
                  f"{peer['latency']['p99_ms']} | | | 1.00x |")
+    if "interleaved" in r:
+        lines += ["", "### The same, graphs interleaved (25 queries on each in turn, so a slow spell of the box hits "
+                  "all alike)", "", "| graph | encode p50 | p99 | mean |", "|---|---|---|---|"]
+        lines += [f"| {name} | {m['p50_ms']} | {m['p99_ms']} | {m['mean_ms']} |" for name, m in r["interleaved"].items()]
     lines += ["", f"## {next(iter(graphs.values()))['concurrent']['clients']} concurrent clients through the "
               "micro-batcher", "", "| graph | queries/s | p50 ms | p99 ms | mean batch |", "|---|---|---|---|---|"]
     for name, g in graphs.items():

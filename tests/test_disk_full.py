@@ -131,7 +131,7 @@ def test_an_index_build_on_a_full_disk_leaves_the_old_version_and_nothing_else(s
     assert v1.chunk(int(rows[0])).doc_key == "d1"  # the old version still serves, from disk and mapped
     small_disk.free()
     v2 = build(folder, encoder, 2, v1, chunks(encoder, [3, 4]))
-    assert list(v2.chunk_ids) == [1, 2, 3, 4] and len(v2.token_codes([0, 3])[2]) == 2
+    assert list(v2.chunk_ids) == [1, 2, 3, 4] and len(v2.token_codes([0, 3]).lengths) == 2
 
 
 def test_a_full_disk_while_a_codebook_is_trained_leaves_the_int8_version_and_nothing_else(small_disk, encoder,

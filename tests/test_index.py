@@ -49,7 +49,7 @@ def test_build_search_and_reopen(tmp_path, encoder):
     assert info.text == TEXTS[1] and info.metadata == {"n": 1}
     reopened = PartitionSnapshot(current_version(tmp_path))
     assert list(reopened.chunk_ids) == [1, 2, 3] and reopened.text(2) == TEXTS[3]
-    codes, scales, lengths = reopened.token_codes([0, 2])
+    codes, scales, lengths = _stored(reopened, [0, 2])
     assert codes.dtype == np.int8 and codes.shape == (lengths.sum(), 384) and scales.shape == (lengths.sum(),)
     expected = encoder.encode([TEXTS[1]]).tokens[0].astype(np.float32)
     first = codes[:lengths[0]].astype(np.float32) * scales[:lengths[0], None]
@@ -78,7 +78,7 @@ def test_incremental_versions_add_and_remove(tmp_path, encoder):
     assert "d2" not in {v2.chunk(int(r)).doc_key for r in rows}
     # token vectors of carried rows still belong to their own chunks
     again = encoder.encode([TEXTS[3]]).tokens[0].astype(np.float32)
-    codes, scales, _ = v2.token_codes([1])
+    codes, scales, _ = _stored(v2, [1])
     assert np.abs(codes.astype(np.float32) * scales[:, None] - again).max() < 2e-3
     # the old version stays readable while open (searches in flight), but is no longer current
     assert v1.text(1) == TEXTS[2]
@@ -91,7 +91,7 @@ def test_token_shards_are_compacted_when_mostly_dead(tmp_path, encoder):
     manifest = json.loads((v2.folder / "manifest.json").read_text())
     assert len(manifest["token_shards"]) == 1  # 1 live of 4 rows: rewritten into a single new shard
     assert sorted(p.name[0] for p in (tmp_path / "tokens").glob("*.npy")) == ["q", "s"]
-    codes, _, lengths = v2.token_codes([0, 1])
+    codes, _, lengths = _stored(v2, [0, 1])
     assert len(lengths) == 2 and codes.shape[0] == lengths.sum() > 0
 
 
@@ -144,7 +144,7 @@ def test_token_shards_stay_few_under_pure_additions(tmp_path, encoder):
         written += len(snap.token_shards[shards[-1]][1])  # every version writes one shard: its newest
     total = sum(len(t) for t in enc.tokens)
     assert written < 6 * total  # a rewrite of every row each time would be ~20x
-    codes, scales, lengths = snap.token_codes(range(40))
+    codes, scales, lengths = _stored(snap, range(40))
     expected_codes, expected_scales = quantize(np.concatenate(enc.tokens))
     assert list(lengths) == [len(t) for t in enc.tokens]
     assert np.array_equal(codes, expected_codes) and np.array_equal(scales, expected_scales)
@@ -229,3 +229,8 @@ def _rows_of(snapshot, encoder) -> NewChunks:
     docs = [snapshot.docs[int(snapshot.doc_index[r])] for r in range(snapshot.size)]
     return NewChunks(np.asarray(snapshot.chunk_ids, np.int64), np.zeros(snapshot.size, np.int32), texts, docs,
                      enc.dense, enc.tokens)
+
+
+def _stored(snapshot: PartitionSnapshot, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    codes = snapshot.token_codes(rows)
+    return codes.first, codes.second, codes.lengths

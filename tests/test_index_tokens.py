@@ -121,12 +121,12 @@ def test_the_re_coding_build_removes_the_int8_shard_while_the_open_int8_version_
                                                                                               encoded):
     texts, enc = encoded
     v1 = build(tmp_path, encoder, 1, None, chunks(texts, enc, range(1, 11)), small())
-    codes_before = np.array(v1.token_codes([0, 9])[0])
+    codes_before = np.array(v1.token_codes([0, 9]).first)
     v2 = build(tmp_path, encoder, 2, v1, chunks(texts, enc, range(11, 41)), small())  # crosses: re-coded
     tokens = tmp_path / "tokens"
     names = sorted(p.name for p in tokens.iterdir())
     assert [n[0] for n in names] == ["c", "c", "r"] and names[1].startswith("codebook-")  # int8 files went
-    assert np.array_equal(v1.token_codes([0, 9])[0], codes_before)  # a search on v1 still reads them (mapped)
+    assert np.array_equal(v1.token_codes([0, 9]).first, codes_before)  # a search on v1 still reads them (mapped)
     collect_garbage(tmp_path, keep=v2)
     assert sorted(p.name for p in tokens.iterdir()) == names  # what the current version uses stays
     assert v2.token_codec == "residual"

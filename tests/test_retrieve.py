@@ -1,8 +1,10 @@
 import numpy as np
+import pytest
 
-from appliance.index import TokenBlock, quantize
+from appliance.index import TokenBlock, TokenCodes, quantize, train_codebook
 from appliance.index.tokens import dequantize
 from appliance.retrieve import PartitionFilter, maxsim, rrf, select_partitions
+from appliance.retrieve.late import BLOCK_TOKENS, maxsim_stored
 from appliance.store import Partition
 
 
@@ -29,6 +31,28 @@ def test_maxsim_matches_a_plain_loop():
     codes, scales = quantize(q)
     assert abs(maxsim(q, TokenBlock(dequantize(codes, scales), np.asarray([len(q)])))[0] - 1.0) < 1e-2
     assert maxsim(q, TokenBlock.empty(16)).shape == (0,)
+
+
+@pytest.mark.parametrize("codec", ["int8", "residual"])
+def test_maxsim_over_stored_codes_in_blocks_equals_maxsim_over_the_decoded_vectors(codec):
+    """The late stage decodes a cache-sized block at a time and divides dot products by the decoded norms: the
+    scores are those of decoding everything, normalising and multiplying once, whichever block a passage spans."""
+    rng = np.random.default_rng(1)
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)
+    lengths = np.asarray([1, 700, 3, BLOCK_TOKENS, 250, 2 * BLOCK_TOKENS + 1])  # passages across block edges
+    tokens = unit(rng.normal(size=(int(lengths.sum()), 32))).astype(np.float32)
+    q = unit(rng.normal(size=(7, 32))).astype(np.float32)
+    if codec == "int8":
+        codes = TokenCodes(*quantize(tokens), lengths)
+    else:
+        book = train_codebook(tokens[:2000], centroids=16, bits=2)
+        codes = TokenCodes(*book.encode(tokens), lengths, book)
+    decoded = codes.decoded()
+    assert np.allclose(np.linalg.norm(decoded.vectors, axis=1), 1.0, atol=2e-2 if codec == "int8" else 1e-5)
+    assert np.allclose(maxsim_stored(q, codes), maxsim(q, decoded), atol=1e-5)
+    assert np.allclose(maxsim_stored(q, codes), maxsim(q, TokenBlock(tokens, lengths)), atol=0.1)  # near exact
+    empty = TokenCodes(codes.first[:0], codes.second[:0], np.zeros(0, np.int64), codes.codebook)
+    assert maxsim_stored(q, empty).shape == (0,)
 
 
 def partition(i, tenant, name, kind="default", lo=None, hi=None):

@@ -15,7 +15,7 @@ import bm25s
 import numpy as np
 from usearch.index import Index, ScalarKind
 
-from .tokens import INT8, RESIDUAL, Codebook, TokenBlock, dequantize
+from .tokens import INT8, RESIDUAL, Codebook, TokenBlock, TokenCodes
 
 RESCORE_FACTOR, RESCORE_MIN = 4, 40  # an int8 graph's candidates per wanted hit, and at least this many
 CURRENT = "CURRENT"
@@ -131,8 +131,8 @@ class PartitionSnapshot:
         """Token vectors the version's rows have (what a re-coding or a codebook's training would see)."""
         return int(np.asarray(self.token_refs)[:, 2].sum()) if self.token_refs is not None and self.size else 0
 
-    def token_codes(self, rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The rows' token vectors as stored, stacked: the codec's two arrays and the tokens per row."""
+    def token_codes(self, rows) -> TokenCodes:
+        """The rows' token vectors as stored, stacked, with what decodes them."""
         assert self.token_refs is not None
         firsts, seconds, lengths = [], [], []
         for row in rows:
@@ -144,17 +144,14 @@ class PartitionSnapshot:
         if not firsts:
             first, second = next(iter(self.token_shards.values()), (np.zeros((0, self.dim), np.int8),
                                                                     np.zeros(0, np.float32)))
-            return first[:0], second[:0], np.zeros(0, np.int64)
-        return np.concatenate(firsts), np.concatenate(seconds), np.asarray(lengths, np.int64)
+            return TokenCodes(first[:0], second[:0], np.zeros(0, np.int64), self.codebook)
+        return TokenCodes(np.concatenate(firsts), np.concatenate(seconds), np.asarray(lengths, np.int64),
+                          self.codebook)
 
     def token_vectors(self, rows) -> TokenBlock:
-        """The rows' token vectors, decoded to float32 for MaxSim."""
-        first, second, lengths = self.token_codes(rows)
-        if not len(lengths):
-            return TokenBlock.empty(self.dim)
-        if self.codebook is not None:
-            return TokenBlock(self.codebook.decode(first, second), lengths)
-        return TokenBlock(dequantize(first, second), lengths)
+        """The rows' token vectors, decoded to float32 (unit length)."""
+        codes = self.token_codes(rows)
+        return codes.decoded() if len(codes.lengths) else TokenBlock.empty(self.dim)
 
     # -- disk -------------------------------------------------------------------------------------------------
 

@@ -97,8 +97,8 @@ def _moved(previous: PartitionSnapshot | None, rows: np.ndarray, recode_into: Co
     if previous is None or not len(rows):
         return [], []
     if recode_into is None:
-        first, second, lengths = previous.token_codes(rows)
-        return [(first, second)], [int(n) for n in lengths]
+        codes = previous.token_codes(rows)
+        return [(codes.first, codes.second)], [int(n) for n in codes.lengths]
     pieces, lengths = [], []
     counts = np.asarray(previous.token_refs)[rows, 2]
     for start, end in _token_blocks(counts):

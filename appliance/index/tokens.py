@@ -10,6 +10,7 @@ A version's shards all use one codec: the build that trains the codebook re-code
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,35 @@ class TokenBlock:
     @classmethod
     def empty(cls, dim: int) -> "TokenBlock":
         return cls(np.zeros((0, dim), np.float32), np.zeros(0, np.int64))
+
+
+@dataclass(slots=True, frozen=True)
+class TokenCodes:
+    """Some rows' token vectors as stored (stacked codes, `lengths` tokens per row) and how to decode them: a
+    centroid id and packed residual per token (`codebook` set), or int8 codes and a scale per token."""
+    first: np.ndarray
+    second: np.ndarray
+    lengths: np.ndarray
+    codebook: "Codebook | None" = None
+
+    def blocks(self, size: int) -> Iterator[tuple[slice, np.ndarray, np.ndarray | None]]:
+        """(tokens, float32 vectors, their norms or None when already unit length), `size` tokens at a time.
+        A block small enough to stay in the CPU's cache is decoded and used before the next one is made: the late
+        stage decodes ~5.4k tokens (30 candidates at 100k chunks) per query, and decoding them all into one float32
+        array, normalised in place, took ~20 % longer (5.34 against 4.43 ms p50 on a 2-core AVX2 box). The caller
+        divides its dot products by the norms instead of every element of the vectors."""
+        for start in range(0, len(self.first), size):
+            part = slice(start, start + size)
+            if self.codebook is None:
+                yield part, dequantize(self.first[part], self.second[part]), None
+            else:
+                yield part, *self.codebook.decode_unscaled(self.first[part], self.second[part])
+
+    def decoded(self) -> TokenBlock:
+        """All of them decoded to unit float32 vectors at once (re-coding, benchmarks)."""
+        if self.codebook is None:
+            return TokenBlock(dequantize(self.first, self.second), self.lengths)
+        return TokenBlock(self.codebook.decode(self.first, self.second), self.lengths)
 
 
 class Codebook:
@@ -61,14 +91,19 @@ class Codebook:
 
     def decode(self, ids: np.ndarray, packed: np.ndarray) -> np.ndarray:
         """Unit-length float32 vectors back from `encode`'s codes."""
+        vectors, norms = self.decode_unscaled(ids, packed)
+        vectors /= norms[:, None]
+        return vectors
+
+    def decode_unscaled(self, ids: np.ndarray, packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`encode`'s codes back to float32 vectors before normalisation (centroid + residual), and their norms."""
         packed = np.asarray(packed)
         # one lookup per stored byte (its 8 / bits dimensions at once), as a flat take: a 2-D fancy index is ~8x
         # slower, and this runs on the late stage's request path
         rows = (packed.astype(np.int64) + self._offsets).ravel()
         vectors = np.take(self._table, rows, axis=0).reshape(len(packed), self.dim)
         vectors += np.take(self.centroids, np.asarray(ids, np.int64), axis=0)
-        vectors /= np.maximum(np.sqrt(np.einsum("ij,ij->i", vectors, vectors)), 1e-12)[:, None]
-        return vectors
+        return vectors, np.maximum(np.sqrt(np.einsum("ij,ij->i", vectors, vectors)), 1e-12)
 
     def nearest(self, vectors: np.ndarray) -> np.ndarray:
         return _nearest(vectors, self.centroids)

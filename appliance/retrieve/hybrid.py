@@ -17,7 +17,7 @@ from ..encode import CharVectors, char_maxsim
 from ..index import ChunkInfo, PartitionSnapshot
 from ..timings import Stage, Timings
 from .fusion import rrf
-from .late import maxsim
+from .late import maxsim_stored
 
 
 @dataclass(slots=True, frozen=True)
@@ -159,8 +159,8 @@ def _late_scores(targets: list[Target], query_tokens: np.ndarray, keys: list[tup
     for position, (target_no, _) in enumerate(keys):
         by_target.setdefault(target_no, []).append(position)
     for target_no, positions in by_target.items():
-        block = targets[target_no].snapshot.token_vectors([keys[p][1] for p in positions])
-        scores[positions] = maxsim(query_tokens, block)
+        codes = targets[target_no].snapshot.token_codes([keys[p][1] for p in positions])
+        scores[positions] = maxsim_stored(query_tokens, codes)
     return scores
 
 

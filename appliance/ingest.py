@@ -116,6 +116,11 @@ class PartitionIndexer:
         previous = None if rebuild else self.snapshot
         if previous is not None and previous.encoder != encoder.name:
             previous = None  # built by another encoder: everything is encoded again
+        if self.snapshot is not None and (self.snapshot.encoder, self.snapshot.language) != (encoder.name, language):
+            # the same documents retrieve differently now: a new version, so that no answer cached on the old one
+            # (its key names the versions) is served again
+            await loop.run_in_executor(None, self.store.advance_version, self.partition.id)
+            self.partition = await loop.run_in_executor(None, self.store.partition_by_id, self.partition.id)
         have = np.asarray(previous.chunk_ids, dtype=np.int64) if previous is not None else np.zeros(0, np.int64)
         store_version, chunk_ids, rows = await loop.run_in_executor(
             None, self.store.partition_state, self.partition.id, have.tolist())

@@ -198,7 +198,7 @@ class Library:
             else:
                 version = await indexer.catch_up(rebuild=True)
             self._announce(indexer)
-            results.append(IngestResult(record.tenant, record.name, record.version, version))
+            results.append(IngestResult(record.tenant, record.name, indexer.partition.version, version))
         return results
 
     def _admit(self, tenant: str, name: str, kind: str | None, language: str | None,

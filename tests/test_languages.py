@@ -122,8 +122,12 @@ def test_a_partition_reindexed_to_another_language_gets_that_encoder(tmp_path, m
         async with open_services(settings, warm_up=False, generation=False) as services:
             await services.library.ingest("t", "kb", docs)
             first = services.library.partitions("t")[0]
-            await services.library.reindex("t", "kb", "multi")
+            same = (await services.library.reindex("t", "kb"))[0]  # the same encoder: what it retrieves is unchanged
+            announced = []
+            services.library.on_version(lambda partition, version: announced.append((partition.name, version)))
+            moved = (await services.library.reindex("t", "kb", "multi"))[0]
             multi = services.library.partitions("t")[0]
+            keyed = services.library.versions(PartitionFilter("t"))
             hits = (await services.retriever.search(docs[0].title, PartitionFilter("t"), 3)).hits
             with pytest.raises(ValueError):
                 await services.library.reindex("t", "kb", "klingon")
@@ -131,14 +135,19 @@ def test_a_partition_reindexed_to_another_language_gets_that_encoder(tmp_path, m
             reopened = services.library.partitions("t")[0]
             await services.library.reindex("t", "kb", "auto")
             back = services.library.partitions("t")[0]
-        return first, multi, hits, reopened, back
+        return first, same, moved, announced, keyed, multi, hits, reopened, back
 
-    first, multi, hits, reopened, back = run(go())
+    first, same, moved, announced, keyed, multi, hits, reopened, back = run(go())
     assert (first.language, first.encoder) == ("en", "minilm")
+    assert (same.version, same.indexed_version) == (first.version, first.version)
+    # another encoder: a new version, which cached answers' keys name and the semantic cache is told of
+    assert (moved.version, moved.indexed_version) == (first.version + 1, first.version + 1)
+    assert (multi.version, multi.indexed_version) == (first.version + 1, first.version + 1)
+    assert keyed == {"kb": first.version + 1} and announced == [("kb", first.version + 1)]
     assert (multi.language, multi.encoder, multi.chunks) == ("multi", "use", first.chunks)
     assert hits and hits[0].chunk.doc_key == docs[0].id and hits[0].late is None  # USE: no token vectors
     assert (reopened.language, reopened.encoder) == ("multi", "use")
-    assert (back.language, back.encoder) == ("en", "minilm")
+    assert (back.language, back.encoder, back.version) == ("en", "minilm", first.version + 2)
 
 
 def test_a_store_from_before_languages_is_decided_at_boot(tmp_path, models_dir):

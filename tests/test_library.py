@@ -302,14 +302,16 @@ def test_an_encoder_change_rebuilds_the_indexes_and_the_services_get_ready(setti
         app = await started(settings)
         await app.ingest("acme", "kb", DOCS)
         before = app.library.snapshots()[0].encoder
+        stored = app.partitions("acme")[0].version
         await app.stop()
         app = await started(use)  # warm-up searches every partition: this is the server getting ready
         result = await app.search("XK-4471 pressure sensor", PartitionFilter("acme"), 2)
         after = app.library.snapshots()[0].encoder
         parts = app.partitions("acme")
         await app.stop()
-        return before, after, result, parts
+        return before, stored, after, result, parts
 
-    before, after, result, parts = run(go())
+    before, stored, after, result, parts = run(go())
     assert (before, after) == ("minilm", "use")
     assert ids(result)[0] == "code" and parts[0].indexed_version == parts[0].version and parts[0].chunks == 4
+    assert parts[0].version == stored + 1  # a new version: answers cached on MiniLM's retrieval are not served

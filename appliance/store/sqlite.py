@@ -68,6 +68,14 @@ class Store:
             self._writer.execute("UPDATE partitions SET language = ?, updated_at = ? WHERE id = ?",
                                  (language, time.time(), partition_id))
 
+    def advance_version(self, partition_id: int) -> int:
+        """A new version of the partition with the same documents (its encoder or language changed: what was
+        retrieved, and the answers cached on it, differ); returns it."""
+        with self._write_lock, transaction(self._writer) as db:
+            db.execute("UPDATE partitions SET version = version + 1, updated_at = ? WHERE id = ?",
+                       (time.time(), partition_id))
+            return db.execute("SELECT version FROM partitions WHERE id = ?", (partition_id,)).fetchone()[0]
+
     def sample_texts(self, partition_id: int, limit: int = 50) -> list[str]:
         """The texts of a partition's first chunks (what language detection reads of a store from before it)."""
         rows = self._reader().execute(

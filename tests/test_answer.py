@@ -159,11 +159,13 @@ def test_no_engines_means_retrieval_only(settings, tokenizer):
 
 
 def test_the_deadline_stops_generation_and_aborts_the_engine_request(settings, tokenizer):
-    slow = ScriptedEngine("small", tokenizer, Script(tokens=["x"] * 50, token_delay_s=0.05))
+    # 10 s of tokens against a 2 s deadline: the retrieval before them may take over a second on a loaded box (with
+    # 0.5 s, CI once saw the deadline pass before the first token)
+    slow = ScriptedEngine("small", tokenizer, Script(tokens=["x"] * 50, token_delay_s=0.2))
 
     async def go():
         async with answer_path(settings, {"small": slow}, deadline_s=60) as (answerer, _, _):
-            return await collect(answerer.ask(AskRequest("what does XK-4471 mean?", WHERE, timeout_s=0.5)))
+            return await collect(answerer.ask(AskRequest("what does XK-4471 mean?", WHERE, timeout_s=2.0)))
 
     events = run(go())
     done = done_of(events)

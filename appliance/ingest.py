@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -119,8 +119,8 @@ class PartitionIndexer:
         if self.snapshot is not None and (self.snapshot.encoder, self.snapshot.language) != (encoder.name, language):
             # the same documents retrieve differently now: a new version, so that no answer cached on the old one
             # (its key names the versions) is served again
-            await loop.run_in_executor(None, self.store.advance_version, self.partition.id)
-            self.partition = await loop.run_in_executor(None, self.store.partition_by_id, self.partition.id)
+            version = await loop.run_in_executor(None, self.store.advance_version, self.partition.id)
+            self.partition = replace(self.partition, version=version)
         have = np.asarray(previous.chunk_ids, dtype=np.int64) if previous is not None else np.zeros(0, np.int64)
         store_version, chunk_ids, rows = await loop.run_in_executor(
             None, self.store.partition_state, self.partition.id, have.tolist())

@@ -178,12 +178,9 @@ class Library:
         "auto": decided again from the stored text), the partitions get that language and its encoder.
         `tokens_only`: only re-code int8 token vectors into the configured codec, from the vectors the index
         keeps (no text encoded again; partitions that need none are left as they are)."""
-        if tokens_only and language is not None:
-            raise ValueError("re-coding token vectors keeps the encoder: it takes no language")
-        if language is not None and language != AUTO and language not in LANGUAGES:
-            raise ValueError(f"language must be auto or one of {list(LANGUAGES)}, not {language!r}")
+        check_reindex(language, tokens_only)
         results = []
-        for record in self.store.partitions(tenant):
+        for record in await asyncio.to_thread(self.store.partitions, tenant):
             if partition is not None and record.name != partition:
                 continue
             if language is not None:
@@ -309,8 +306,9 @@ class Library:
         return None if record is None else self.store.list_documents(record.id, after, limit)
 
     def targets(self, where: PartitionFilter) -> list[Target]:
-        """The searchable snapshots of the partitions a request may search, as they are now."""
-        return [Target(p.name, snapshot, p.language) for p in self._select(where)
+        """The searchable snapshots of the partitions a request may search, as they are now, each with the language
+        it was built for (while a re-index to another language runs, the partition's is already the new one)."""
+        return [Target(p.name, snapshot, snapshot.language or p.language) for p in self._select(where)
                 if (snapshot := self._indexers[p.id].snapshot) is not None]
 
     def versions(self, where: PartitionFilter) -> dict[str, int]:
@@ -343,6 +341,14 @@ class Library:
 
     def _select(self, where: PartitionFilter) -> list[Partition]:
         return select_partitions([i.partition for i in self._indexers.values()], where)
+
+
+def check_reindex(language: str | None, tokens_only: bool) -> None:
+    """Refuse (ValueError) a re-index that cannot be done as asked, before anything changes."""
+    if tokens_only and language is not None:
+        raise ValueError("re-coding token vectors keeps the encoder: it takes no language")
+    if language is not None and language != AUTO and language not in LANGUAGES:
+        raise ValueError(f"language must be auto or one of {list(LANGUAGES)}, not {language!r}")
 
 
 def _check_quota(quota: QuotaSettings, store: Store, tenant: str, partition: Partition | None,

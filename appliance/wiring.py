@@ -33,6 +33,7 @@ from .file_ingest import FileIngester
 from .library import Library, QuotaExceeded
 from .parse import ParseLimits, ParserPool
 from .paths import model_folder
+from .reindexing import Reindexer
 from .retrieve import HybridSearcher, PartitionFilter, Retriever
 from .standalone import FollowUpAnswers, StandaloneQuestions
 from .store import BlobStore, Store
@@ -67,6 +68,7 @@ class Services:
     settings: Settings
     library: Library
     files: FileIngester
+    reindexer: Reindexer  # re-indexes asked over HTTP, in the background
     retriever: Retriever
     questions: StandaloneQuestions  # follow-ups made standalone (the answers use it; evaluation too)
     answers: Answers
@@ -101,6 +103,8 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
         parser = ParserPool(s.parse.workers, s.parse.timeout_s, s.parse.max_memory_mib, parse_limits(s.parse))
         stack.push_async_callback(parser.close)
         files = FileIngester(library, parser, s.chunking, s.parse.max_file_bytes)
+        reindexer = Reindexer(library)
+        stack.push_async_callback(reindexer.close)
         if s.demo_corpus and cluster is None and not store.partitions():  # a site's tenants are placed, not demo
             await _ingest_samples(library)
         executor = ThreadPoolExecutor(s.retrieve.search_threads, thread_name_prefix="search")
@@ -127,7 +131,7 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
         boot = BootReport(ms_since(started), warm, graphs)
         log.info("ready in %.0f ms: %d partitions", boot.boot_ms, len(library.partitions()))
         admin = CacheAdmin(semantic, caches.exact, caches.embeddings) if caches else CacheAdmin(None)
-        yield Services(s, library, files, retriever, questions, answers, engines, admin, boot, cluster)
+        yield Services(s, library, files, reindexer, retriever, questions, answers, engines, admin, boot, cluster)
 
 
 async def _open_cluster(s: Settings, library: Library, stack: contextlib.AsyncExitStack) -> Replicator:

@@ -76,6 +76,9 @@ def test_the_balancer_passes_request_ids_and_hides_the_boxes_own_routes(site):
                            headers={"X-Request-Id": "req-from-client-1"})
         assert mine.status_code == 200 and mine.headers["x-request-id"] == "req-from-client-1"
         assert mine.json()["results"][0]["document_id"] == "d1"
+        # each box indexes its own copy: a re-index over HTTP would leave the two copies in different languages
+        reindex = client.post("/v1/partitions/docs/reindex", json={"tenant": tenant, "language": "multi"})
+        assert reindex.status_code == 409 and reindex.json()["error"]["code"] == "site_reindex", reindex.text
         given = client.post("/v1/search", json={"tenant": tenant, "query": "orbital"})
         assert re.fullmatch(r"[0-9A-F]+-[0-9A-F]+-[0-9A-F]+-[0-9A-F]+-[0-9A-F]+", given.headers["x-request-id"])
         for path in ("/cluster/status", "/cluster/journal?after=0&box=a"):

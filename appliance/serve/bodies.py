@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ServerSettings, Settings
-from .body_schemas import ask_body, chat_body, ingest_body, search_body
+from .body_schemas import REINDEX_BODY, ask_body, chat_body, ingest_body, search_body
 from .validation import Spec, parse_json, validate
 
 
@@ -30,6 +30,7 @@ class BodySpecs:
     search: Body
     ask: Body
     chat: Body
+    reindex: Body
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "BodySpecs":
@@ -37,7 +38,8 @@ class BodySpecs:
         return cls(Body(ingest_body(settings), server.max_body_bytes),
                    Body(search_body(settings), server.max_query_body_bytes),
                    Body(ask_body(settings), server.max_chat_body_bytes),  # a question with its history
-                   Body(chat_body(settings), server.max_chat_body_bytes))
+                   Body(chat_body(settings), server.max_chat_body_bytes),
+                   Body(REINDEX_BODY, server.max_query_body_bytes))
 
 
 class BodyParser:

@@ -41,6 +41,15 @@ LANGUAGE_HELP = ("Language of a new partition, which picks its encoder: auto (de
                  "changes it).")
 
 
+REINDEX_BODY = Spec("object", fields={
+    "tenant": Spec("string", "Tenant the partition belongs to.", required=True, pattern=NAME_PATTERN),
+    "language": Spec("string", "Give the partition this language and its encoder (en, zh, multi, or auto: decided "
+                     "again from its stored text); default: it keeps its own.", choices=LANGUAGE_CHOICES),
+    "tokens": Spec("boolean", "Only re-code int8 token vectors into the configured codec, from the stored vectors "
+                   "(no text encoded again); takes no language.", default=False),
+})
+
+
 def search_body(settings: Settings) -> Spec:
     return Spec("object", fields={
         "tenant": Spec("string", "Tenant to search.", required=True, pattern=NAME_PATTERN),

@@ -71,8 +71,9 @@ class ApiError(Exception):
         return cls(413, "quota_exceeded", message, field)
 
     @classmethod
-    def conflict(cls, code: str, message: str, field: str | None = None) -> "ApiError":
-        return cls(409, code, message, field)
+    def conflict(cls, code: str, message: str, field: str | None = None,
+                 headers: dict[str, str] | None = None) -> "ApiError":
+        return cls(409, code, message, field, headers)
 
     @classmethod
     def unavailable(cls, code: str, message: str) -> "ApiError":

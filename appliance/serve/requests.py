@@ -42,6 +42,19 @@ class IngestBody:
 
 
 @dataclass(frozen=True, slots=True)
+class ReindexBody:
+    tenant: str
+    language: str | None  # None: the partition keeps its own
+    tokens_only: bool
+
+    @classmethod
+    def parse(cls, body: dict[str, Any]) -> "ReindexBody":
+        if body["tokens"] and body["language"] is not None:
+            raise ApiError.invalid("re-coding token vectors keeps the encoder: it takes no language", "tokens")
+        return cls(body["tenant"], body["language"], body["tokens"])
+
+
+@dataclass(frozen=True, slots=True)
 class SearchBody:
     query: str
     where: PartitionFilter

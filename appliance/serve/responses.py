@@ -11,6 +11,7 @@ from ..answer import Done, Failed, Route, Source, Sources, Usage, citation, cite
 from ..generate import EngineStatus
 from ..file_ingest import FilesResult
 from ..library import IngestResult, PartitionInfo
+from ..reindexing import ReindexJob
 from ..store import FileDocument
 from ..retrieve import Hit
 
@@ -74,6 +75,12 @@ def partition_json(p: PartitionInfo) -> dict[str, Any]:
     if p.documents is not None:
         out.update(documents=p.documents, index_bytes=p.index_bytes)
     return out
+
+
+def reindex_json(job: ReindexJob) -> dict[str, Any]:
+    return {"tenant": job.tenant, "partition": job.partition, "state": job.state.value, "language": job.language,
+            "tokens": job.tokens_only, "started_at": job.started_at, "ended_at": job.ended_at,
+            "result": partition_json(job.result) if job.result is not None else None, "error": job.error}
 
 
 def ingest_json(r: IngestResult) -> dict[str, Any]:

@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
-from .body_schemas import (DOCUMENT_ID, ID_PATTERN, LANGUAGE_CHOICES, LANGUAGE_HELP, SYNC_BODY, ask_body,
-                           chat_body, ingest_body, search_body)
+from .body_schemas import (DOCUMENT_ID, ID_PATTERN, LANGUAGE_CHOICES, LANGUAGE_HELP, REINDEX_BODY, SYNC_BODY,
+                           ask_body, chat_body, ingest_body, search_body)
 from .validation import NAME_PATTERN, Spec
 
 
@@ -60,6 +60,7 @@ class Operation:
     path: str
     summary: str
     ok: str  # what a 2xx answer means
+    ok_status: str = "200"
     ok_schema: dict = field(default_factory=lambda: {"type": "object"})
     ok_media: tuple[str, ...] = ("application/json",)
     event_schema: dict = field(default_factory=dict)  # text/event-stream: one event, as {event, data, id, retry}
@@ -127,6 +128,26 @@ def _document_operations(settings: Settings) -> list[Operation]:
     ]
 
 
+def _partition_operations() -> list[Operation]:
+    name = Param("name", "path", Spec("string", "Partition name.", required=True, pattern=NAME_PATTERN))
+    job = {"type": "object", "required": ["tenant", "partition", "state"], "properties": {
+        "tenant": {"type": "string"}, "partition": {"type": "string"},
+        "state": {"type": "string", "enum": ["running", "done", "failed"]},
+        "language": {"type": "string", "nullable": True}, "tokens": {"type": "boolean"},
+        "started_at": {"type": "number"}, "ended_at": {"type": "number", "nullable": True},
+        "result": {"type": "object", "nullable": True, "description": "The partition once done."},
+        "error": {"type": "string", "nullable": True}}}
+    return [
+        Operation("get", "/v1/partitions", "A tenant's partitions", "Partitions", params=(_TENANT,)),
+        Operation("post", "/v1/partitions/{name}/reindex", "Re-index a partition in the background: another "
+                  "language (and its encoder), the same one again, or its token vectors re-coded; one at a time on "
+                  "a box", "Started (Location: where to ask how it stands)", ok_status="202", ok_schema=job,
+                  body=REINDEX_BODY, params=(name,), errors=(404, 409)),
+        Operation("get", "/v1/partitions/{name}/reindex", "How the partition's last re-index since the server "
+                  "started stands", "The re-index", ok_schema=job, params=(name, _TENANT), errors=(404,)),
+    ]
+
+
 def operations(settings: Settings) -> list[Operation]:
     """Every route the server answers, in the order the document lists them."""
     native_event = _sse_event("One event; data is a JSON object.", ("sources", "token", "done", "error"))
@@ -136,7 +157,7 @@ def operations(settings: Settings) -> list[Operation]:
         *_document_operations(settings),
         Operation("post", "/v1/search", "Hybrid search (BM25 + HNSW, RRF, late interaction)",
                   "Ranked chunks with per-stage timings", body=search_body(settings)),
-        Operation("get", "/v1/partitions", "A tenant's partitions", "Partitions", params=(_TENANT,)),
+        *_partition_operations(),
         Operation("post", "/v1/ask", "RAG answer with sources, route and timings (JSON, or SSE with stream: true)",
                   "The answer (JSON), or its Server-Sent Events", ok_media=sse, event_schema=native_event,
                   body=ask_body(settings)),
@@ -218,7 +239,7 @@ def openapi(settings: Settings) -> dict[str, Any]:
     keyed = _keys_configured(settings)
     paths: dict[str, dict] = {}
     for op in operations(settings):
-        responses: dict[str, Any] = {"200": {"description": op.ok, "content": {
+        responses: dict[str, Any] = {op.ok_status: {"description": op.ok, "content": {
             media: {"schema": op.event_schema if media == "text/event-stream" else op.ok_schema}
             for media in op.ok_media}}}
         responses.update(op.extra)

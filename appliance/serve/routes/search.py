@@ -1,15 +1,13 @@
-"""POST /v1/search (hybrid search) and GET /v1/partitions."""
+"""POST /v1/search (hybrid search)."""
 from __future__ import annotations
-
-import asyncio
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..edge import edge, read_body, require_ready, tenant_param
+from ..edge import edge, read_body, require_ready
 from ..requests import SearchBody
-from ..responses import hit_json, partition_json
+from ..responses import hit_json
 
 
 async def search(request: Request) -> JSONResponse:
@@ -22,13 +20,6 @@ async def search(request: Request) -> JSONResponse:
                          "encoders": list(result.encoders), "timings_ms": timings})
 
 
-async def partitions(request: Request) -> JSONResponse:
-    library = require_ready(request).library
-    details = await asyncio.to_thread(library.partition_details, tenant_param(request))  # store and disk reads
-    return JSONResponse({"partitions": [partition_json(p) for p in details]})
-
-
 routes = [
     Route("/v1/search", search, methods=["POST"], name="search"),
-    Route("/v1/partitions", partitions, methods=["GET"], name="partitions"),
 ]

@@ -1,0 +1,67 @@
+"""GET /v1/partitions, and a partition's re-index: POST starts one in the background, GET says where it stands."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from ...reindexing import ReindexRunning
+from ..edge import NAME, edge, read_body, require_ready, tenant_param
+from ..errors import ApiError
+from ..requests import ReindexBody
+from ..responses import partition_json, reindex_json
+from ..validation import validate
+
+
+async def partitions(request: Request) -> JSONResponse:
+    library = require_ready(request).library
+    details = await asyncio.to_thread(library.partition_details, tenant_param(request))  # store and disk reads
+    return JSONResponse({"partitions": [partition_json(p) for p in details]})
+
+
+async def start_reindex(request: Request) -> JSONResponse:
+    services = require_ready(request)
+    name = validate(request.path_params["name"], NAME, "name")
+    body = ReindexBody.parse(await read_body(request, edge(request).bodies.reindex))
+    if services.cluster is not None:
+        # each box indexes its own copy: one box re-indexed over HTTP would search in another language than its peer
+        raise ApiError.conflict("site_reindex", "on a site of several boxes, re-index each box in turn with its "
+                                "server stopped (`appliance reindex`): the balancer sends its tenants to the other "
+                                "box meanwhile")
+    try:
+        job = services.reindexer.start(body.tenant, name, body.language, body.tokens_only)
+    except LookupError as exc:
+        raise ApiError.not_found(str(exc), "name") from None
+    except ReindexRunning as exc:
+        running = exc.running
+        what = (f"partition {running.partition!r}" if running.tenant == body.tenant
+                else "another tenant's partition")  # names nothing of another tenant
+        raise ApiError.conflict("reindex_running", f"a re-index of {what} is running on this box (for "
+                                f"{time.time() - running.started_at:.0f} s); one runs at a time: try again once it "
+                                "has ended", headers={"Retry-After": "10"}) from None
+    return JSONResponse(reindex_json(job), status_code=202, headers={"Location": request.url.path})
+
+
+async def reindex_state(request: Request) -> JSONResponse:
+    services = require_ready(request)
+    name = validate(request.path_params["name"], NAME, "name")
+    tenant = tenant_param(request)
+    job = services.reindexer.job(tenant, name)
+    if job is None:
+        raise ApiError.not_found(f"no re-index of partition {name!r} of tenant {tenant!r} since the server "
+                                 "started", "name")
+    return JSONResponse(reindex_json(job))
+
+
+async def reindex(request: Request) -> JSONResponse:
+    # one route per path, so that a 405 lists every method the path has (Allow)
+    return await (start_reindex(request) if request.method == "POST" else reindex_state(request))
+
+
+routes = [
+    Route("/v1/partitions", partitions, methods=["GET"], name="partitions"),
+    Route("/v1/partitions/{name}/reindex", reindex, methods=["GET", "POST"], name="partitions"),
+]

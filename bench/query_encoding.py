@@ -11,11 +11,14 @@ Writes bench/results/query_encoding.md and .json. Steps, one after another on th
    each graph against one partition whose documents were encoded on int8 (bench/.cache/tokens-scifact-residual,
    made by bench/token_vectors.py): a box upgraded with partitions from before the fp32 graph existed.
 6. What the loader picks (`encoder.graph = "auto"`) over several loads, and what a load costs.
+7. The session's thread pool: its threads asleep between operators, spinning, or spinning only within a run (the
+   product's), per graph: one query at a time, and the CPU the process uses in the 50 ms after a run.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import resource
 import statistics
 import sys
 import tempfile
@@ -24,6 +27,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -195,6 +199,56 @@ def auto_choices(loads: int) -> list[dict]:
     return out
 
 
+SPIN_SETTINGS = {  # ONNX Runtime session config entries
+    "asleep between operators": {"session.intra_op.allow_spinning": "0"},
+    "spinning": {"session.intra_op.allow_spinning": "1"},
+    "spinning within a run (the product's)": {"session.intra_op.allow_spinning": "1",
+                                              "session.force_spinning_stop": "1"},
+}
+
+
+def thread_pool(encoder, queries: list[str], threads: int = 2, after_runs: int = 40) -> dict:
+    """Per spin setting: sessions of each graph built as the product builds them but for the spin entries."""
+    ids = [e.ids for e in encoder._tokenizer.encode_batch(queries)]
+    out = {}
+    for graph, file in (("int8", "model.onnx"), ("fp32", "model-fp32.onnx")):
+        for label, entries in SPIN_SETTINGS.items():
+            options = ort.SessionOptions()
+            options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            for key, value in entries.items():
+                options.add_session_config_entry(key, value)
+            session = ort.InferenceSession(str(MINILM / file), sess_options=options,
+                                           providers=["CPUExecutionProvider"])
+            names = {i.name for i in session.get_inputs()}
+
+            def run(piece: list[int]) -> None:
+                feed = {"input_ids": np.array([piece], np.int64), "attention_mask": np.ones((1, len(piece)), np.int64),
+                        "token_type_ids": np.zeros((1, len(piece)), np.int64)}
+                session.run(None, {k: v for k, v in feed.items() if k in names})
+
+            for piece in ids[:20]:
+                run(piece)
+            ms = []
+            for piece in ids:
+                started = time.perf_counter()
+                run(piece)
+                ms.append((time.perf_counter() - started) * 1000)
+            after = []
+            for piece in ids[:after_runs]:
+                run(piece)
+                before = _cpu_s()
+                time.sleep(0.05)
+                after.append((_cpu_s() - before) * 1000)
+            out[f"{graph}: {label}"] = percentiles(ms) | {"cpu_ms_after_run": round(float(np.mean(after)), 2)}
+    return out
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 async def main(args) -> None:
     started = time.perf_counter()
     log = progress_log(started)
@@ -245,6 +299,8 @@ async def main(args) -> None:
         log(f"{PARTITION} is missing (run bench/token_vectors.py first): ranking step skipped")
     log("auto choices")
     await step("auto", asyncio.to_thread(auto_choices, args.loads))
+    log("thread pool: spin settings")
+    await step("thread_pool", asyncio.to_thread(thread_pool, encoders["fp32"][0], queries))
     write_results(args.out, results, markdown, started, lambda r: {}, log)
 
 

@@ -105,9 +105,12 @@ def _session(path: Path, threads: int) -> ort.InferenceSession:
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    # Idle ORT threads otherwise spin for a while after each run, taking the cores that the search threads
-    # (BM25, HNSW, MaxSim) need right after the query is encoded.
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # The pool's threads spin between the operators of a run (a query is ~100 short operators: waking a sleeping
+    # thread for each cost ~1 ms of a 4 ms query and ~3 ms of its p99), and stop when the run returns: spinning
+    # on after it would take the cores that the search threads (BM25, HNSW, MaxSim) need next
+    # (bench/results/query_encoding.md: thread pool).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+    options.add_session_config_entry("session.force_spinning_stop", "1")
     return ort.InferenceSession(str(path), sess_options=options, providers=_providers())
 
 

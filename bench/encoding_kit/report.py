@@ -51,4 +51,13 @@ def markdown(r: dict) -> str:
               "|---|---|---|---|---|"]
     for a in r["auto"]:
         lines.append(f"| {a['load_ms']} | {a['query']} | {a['passage']} | {a['query_ms']} | {a['passage_ms']} |")
+    if "thread_pool" in r:
+        lines += ["", "## The session's thread pool: one query at a time", "",
+                  "Sessions built as the product builds them (2 intra-op threads) but for ONNX Runtime's spin entries; "
+                  "CPU after a run: what the process used in the 50 ms after a run returned (the cores the search "
+                  "threads need next), mean of 40.", "",
+                  "| graph: thread pool | session p50 ms | p99 ms | mean ms | CPU ms in the 50 ms after a run |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {name} | {t['p50_ms']} | {t['p99_ms']} | {t['mean_ms']} | {t['cpu_ms_after_run']} |"
+                  for name, t in r["thread_pool"].items()]
     return "\n".join(lines) + "\n"

@@ -90,6 +90,13 @@ class PartitionIndexer:
         return self.snapshot is not None and self.snapshot.encoder != self.batcher.encoder.name
 
     @property
+    def built_otherwise(self) -> bool:
+        """The current version was built by another encoder or for another language than the partition's now (a
+        re-index stopped before its build: zh and multi share an encoder but not their fusion weights)."""
+        return self.other_encoder or (self.snapshot is not None
+                                      and self.snapshot.language not in ("", self.partition.language))
+
+    @property
     def needs_recoding(self) -> bool:
         """The current version's token vectors are int8 where the settings now store them compressed."""
         return self.snapshot is not None and needs_recoding(self.snapshot, self.params)
@@ -98,11 +105,12 @@ class PartitionIndexer:
         """Make the index reflect the store at `version` or later; returns the version now indexed. `recode`: also
         re-code int8 token vectors into the configured codec (a build from the current version: no text is
         encoded again)."""
-        if version is not None and self.indexed_version >= version and not (rebuild or recode or self.other_encoder):
+        if version is not None and self.indexed_version >= version and not (rebuild or recode
+                                                                            or self.built_otherwise):
             return self.indexed_version
         async with self._lock:
             if version is not None and self.indexed_version >= version and not (rebuild or recode
-                                                                                or self.other_encoder):
+                                                                                or self.built_otherwise):
                 return self.indexed_version  # another caller's build already covered this one
             await self._build(rebuild, recode)
             return self.indexed_version
@@ -119,20 +127,20 @@ class PartitionIndexer:
         if self.snapshot is not None and (self.snapshot.encoder, self.snapshot.language) != (encoder.name, language):
             # the same documents retrieve differently now: a new version, so that no answer cached on the old one
             # (its key names the versions) is served again
-            version = await loop.run_in_executor(None, self.store.advance_version, self.partition.id)
+            version = await _finished(loop.run_in_executor(None, self.store.advance_version, self.partition.id))
             self.partition = replace(self.partition, version=version)
         have = np.asarray(previous.chunk_ids, dtype=np.int64) if previous is not None else np.zeros(0, np.int64)
-        store_version, chunk_ids, rows = await loop.run_in_executor(
-            None, self.store.partition_state, self.partition.id, have.tolist())
+        store_version, chunk_ids, rows = await _finished(loop.run_in_executor(
+            None, self.store.partition_state, self.partition.id, have.tolist()))
         removed = np.setdiff1d(have, np.asarray(chunk_ids, dtype=np.int64), assume_unique=True)
         unchanged = previous is not None and not len(removed) and not rows and previous.store_version == store_version
         if unchanged and not (recode and needs_recoding(previous, self.params)):
             return
         added = await self._encode(batcher, rows) if rows else NewChunks.empty(encoder.dim,
                                                                                 encoder.has_token_vectors)
-        self.snapshot = await loop.run_in_executor(
+        self.snapshot = await _finished(loop.run_in_executor(
             None, build_version, self.folder, self.partition.id, store_version, encoder.name, encoder.dim, previous,
-            removed, added, self.params, self.tokenizer.many, language, recode)
+            removed, added, self.params, self.tokenizer.many, language, recode))
         log.info("partition %s/%s: index v%d (+%d -%d chunks, %d in all) in %.0f ms", self.partition.tenant,
                  self.partition.name, store_version, len(rows), len(removed), self.snapshot.size,
                  (time.perf_counter() - started) * 1000)
@@ -159,3 +167,13 @@ class PartitionIndexer:
                                                                                       np.int32),
             texts=texts, docs=docs, dense=dense, tokens=tokens, places=[r.place for r in rows],
         )
+
+
+async def _finished(step: asyncio.Future):
+    """A worker thread's step of a build, awaited so that cancelling the build (a shutdown) still waits for the step:
+    the thread cannot be stopped, and the store and the data folder's lock must outlive what it writes."""
+    try:
+        return await asyncio.shield(step)
+    except asyncio.CancelledError:
+        await asyncio.wait([step])
+        raise

@@ -94,9 +94,10 @@ class Library:
                 log.error("partition %s/%s: index unreadable (%s): rebuilding from the store", partition.tenant,
                           partition.name, exc)
                 await indexer.catch_up(rebuild=True)
-            if indexer.other_encoder:
-                log.warning("partition %s/%s: index built by another encoder, not %s: encoding it again from the "
-                            "store", partition.tenant, partition.name, indexer.batcher.encoder.name)
+            if indexer.built_otherwise:
+                log.warning("partition %s/%s: index built by another encoder or for another language (now %s, %s): "
+                            "building it again from the store", partition.tenant, partition.name,
+                            indexer.batcher.encoder.name, indexer.partition.language)
             elif indexer.indexed_version != partition.version:  # behind the store (a crash)
                 log.info("partition %s/%s: index at v%d, store at v%d: catching up", partition.tenant,
                          partition.name, indexer.indexed_version, partition.version)
@@ -184,9 +185,10 @@ class Library:
             if partition is not None and record.name != partition:
                 continue
             if language is not None:
-                await asyncio.to_thread(self.store.set_language, record.id, AUTO if language == AUTO else language)
-                if language == AUTO:
-                    await asyncio.to_thread(self._decide_stored_language, self.store.partition_by_id(record.id))
+                async with self._admit_lock:  # not between a first ingest's storing and its deciding the language
+                    await asyncio.to_thread(self.store.set_language, record.id, language)
+                    if language == AUTO:
+                        await asyncio.to_thread(self._decide_stored_language, self.store.partition_by_id(record.id))
             indexer = self._refresh_record(record.id)
             if tokens_only:
                 if not indexer.needs_recoding:

@@ -14,7 +14,7 @@ from appliance.evaluate import beir_documents
 from appliance.ingest import DocumentInput
 from appliance.reindexing import JobState
 from appliance.wiring import open_services
-from support import SCIFACT, LiveServer, beir_slice, make_settings, run, write_keys
+from support import CMRC, SCIFACT, LiveServer, beir_slice, make_settings, run, write_keys
 
 PAPERS = beir_slice(SCIFACT, queries=6, distractors=250)  # several hundred chunks: a re-index takes seconds
 
@@ -171,7 +171,7 @@ def test_a_slow_reindex_body_times_out_without_holding_up_others(keyed):
             answered_first = slow.recv(64)
         except BlockingIOError:
             answered_first = b""
-        slow.setblocking(True)
+        slow.settimeout(60)
         status = int(slow.recv(64).split()[1])
     with keyed.client(keyed.keys["beta"]) as c:
         state = c.get("/v1/partitions/notes/reindex")
@@ -193,7 +193,9 @@ def test_a_server_stopped_mid_reindex_finishes_it_at_its_next_boot(tmp_path, mod
             reindexer.start("t", "kb", "multi")
             with pytest.raises(LookupError):
                 reindexer.start("t", "nope")
+            deadline = time.monotonic() + 120
             while services.library.store.get_partition("t", "kb").language != "multi":
+                assert time.monotonic() < deadline and reindexer.job("t", "kb").state is JobState.RUNNING
                 await asyncio.sleep(0.01)  # the new language is stored; its build is running
         stopped = reindexer.job("t", "kb")
         async with open_services(settings, warm_up=False, generation=False) as services:
@@ -205,3 +207,26 @@ def test_a_server_stopped_mid_reindex_finishes_it_at_its_next_boot(tmp_path, mod
     assert (after.language, after.encoder, after.chunks) == ("multi", "use", before.chunks)
     # a new version (one more if the stopped build had already taken one)
     assert after.indexed_version == after.version > before.version
+
+
+def test_a_language_change_stopped_before_its_build_is_built_at_the_next_boot(tmp_path, models_dir):
+    """zh and multi share an encoder: a re-index between them stopped after storing the language but before its
+    build left the version alone, and the next boot builds the partition for its language all the same."""
+    docs = [DocumentInput(id=d.id, title=d.title, text=d.text)
+            for d in beir_documents(beir_slice(CMRC, queries=3, distractors=20).corpus)]
+    settings = make_settings(tmp_path, models_dir)
+
+    async def go():
+        async with open_services(settings, warm_up=False, generation=False) as services:
+            await services.library.ingest("t", "wiki", docs)
+            before = services.library.partitions("t")[0]
+            built_for = services.library.snapshot("t", "wiki").language
+            record = services.library.store.get_partition("t", "wiki")
+            services.library.store.set_language(record.id, "multi")  # what a stopped re-index leaves
+        async with open_services(settings, warm_up=False, generation=False) as services:
+            return before, built_for, services.library.partitions("t")[0], services.library.snapshot("t", "wiki")
+
+    before, built_for, after, snapshot = run(go())
+    assert (before.language, before.encoder, built_for) == ("zh", "use", "zh")
+    assert (after.language, after.encoder, snapshot.language, after.chunks) == ("multi", "use", "multi", before.chunks)
+    assert after.indexed_version == after.version == before.version + 1

@@ -37,11 +37,10 @@ async def start_reindex(request: Request) -> JSONResponse:
         raise ApiError.not_found(str(exc), "name") from None
     except ReindexRunning as exc:
         running = exc.running
-        what = (f"partition {running.partition!r}" if running.tenant == body.tenant
-                else "another tenant's partition")  # names nothing of another tenant
-        raise ApiError.conflict("reindex_running", f"a re-index of {what} is running on this box (for "
-                                f"{time.time() - running.started_at:.0f} s); one runs at a time: try again once it "
-                                "has ended", headers={"Retry-After": "10"}) from None
+        what = (f"partition {running.partition!r} (for {time.time() - running.started_at:.0f} s)"
+                if running.tenant == body.tenant else "another tenant's partition")  # nothing of another tenant
+        raise ApiError.conflict("reindex_running", f"a re-index of {what} is running on this box; one runs at a "
+                                "time: try again once it has ended", headers={"Retry-After": "10"}) from None
     return JSONResponse(reindex_json(job), status_code=202, headers={"Location": request.url.path})
 
 

@@ -3,8 +3,8 @@
 A re-index encodes every chunk of a partition again (minutes for a big one), so a request starts it and returns, and
 the client asks for its state. One at a time, because two would share the same cores and both end later; searches
 read the partition's previous version until the new one is swapped in. A server that stops meanwhile loses nothing:
-a new language is in the store before the build starts, so the next boot finds an index built by another encoder and
-builds it again (a re-index in the same language is simply not done).
+a new language is in the store before the build starts, so the next boot finds an index built by another encoder or
+for another language and builds it again (a re-index in the same language is simply not done).
 """
 from __future__ import annotations
 

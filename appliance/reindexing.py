@@ -1,10 +1,12 @@
-"""Re-indexes asked of a running server: in the background, one at a time on a box, each partition's last one kept.
+"""Re-indexes asked of a running server: queued, run in the background one at a time, tenants taking turns.
 
-A re-index encodes every chunk of a partition again (minutes for a big one), so a request starts it and returns, and
-the client asks for its state. One at a time, because two would share the same cores and both end later; searches
-read the partition's previous version until the new one is swapped in. A server that stops meanwhile loses nothing:
-a new language is in the store before the build starts, so the next boot finds an index built by another encoder or
-for another language and builds it again (a re-index in the same language is simply not done).
+A re-index encodes every chunk of a partition again (minutes for a big one), so a request queues it and returns,
+and the client asks for its state. One runs at a time, because two would share the same cores and both end later;
+the next is the oldest queued one of the tenant served least recently, so a tenant that queues many cannot keep
+the others waiting (each tenant's share of the queue is bounded too). Searches read the partition's previous
+version until the new one is swapped in. A server that stops meanwhile loses nothing: a new language is in the
+store before the build starts, so the next boot finds an index built by another encoder or for another language
+and builds it again (a re-index in the same language, or one still queued, is simply not done).
 """
 from __future__ import annotations
 
@@ -19,10 +21,11 @@ from enum import StrEnum
 from .library import Library, PartitionInfo, check_reindex
 
 log = logging.getLogger("appliance")
-KEEP_JOBS = 256  # the last re-index of this many partitions can be asked about
+KEEP_JOBS = 256  # the last re-index of this many partitions can be asked about (queued ones are always kept)
 
 
 class JobState(StrEnum):
+    QUEUED = "queued"
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
@@ -34,49 +37,101 @@ class ReindexJob:
     partition: str
     language: str | None  # asked for (auto: decided again from the stored text); None: the partition keeps its own
     tokens_only: bool  # only re-code int8 token vectors (no text encoded again)
-    started_at: float  # epoch seconds
-    state: JobState = JobState.RUNNING
+    asked_at: float  # epoch seconds
+    state: JobState = JobState.QUEUED
+    started_at: float | None = None
     ended_at: float | None = None
     result: PartitionInfo | None = None  # the partition once done: its language, encoder and versions
     error: str | None = None  # why it failed
 
+    @property
+    def pending(self) -> bool:
+        return self.state in (JobState.QUEUED, JobState.RUNNING)
 
-class ReindexRunning(RuntimeError):
-    """Another re-index is running on this box."""
 
-    def __init__(self, running: ReindexJob):
-        super().__init__(f"a re-index of {running.tenant}/{running.partition} is running")
-        self.running = running
+class ReindexPending(RuntimeError):
+    """The partition already has a re-index queued or running."""
+
+    def __init__(self, pending: ReindexJob):
+        super().__init__(f"partition {pending.partition!r} already has a re-index {pending.state.value}")
+        self.pending = pending
+
+
+class ReindexQueueFull(RuntimeError):
+    """The tenant's share of the queue, or the whole queue, is full."""
 
 
 class Reindexer:
-    def __init__(self, library: Library, keep: int = KEEP_JOBS):
-        self._library, self._keep = library, keep
+    def __init__(self, library: Library, per_tenant: int, queued: int, keep: int = KEEP_JOBS):
+        self._library, self._per_tenant, self._max_queued, self._keep = library, per_tenant, queued, keep
         self._jobs: OrderedDict[tuple[str, str], ReindexJob] = OrderedDict()
+        self._queued: list[ReindexJob] = []  # in the order asked
         self._running: ReindexJob | None = None
         self._task: asyncio.Task | None = None
+        self._turn = 0
+        self._last_turn: dict[str, int] = {}  # when each tenant with a queued or running job last had a start
+        self._closed = False
 
     def start(self, tenant: str, partition: str, language: str | None = None,
               tokens_only: bool = False) -> ReindexJob:
-        """Start re-indexing the partition; raises ValueError (arguments that cannot go together or a language
-        that is none), LookupError (no such partition of that tenant) or ReindexRunning."""
+        """Queue a re-index of the partition (it starts at once when none is running); raises ValueError (arguments
+        that cannot go together or a language that is none), LookupError (no such partition of that tenant),
+        ReindexPending or ReindexQueueFull."""
         check_reindex(language, tokens_only)
         if not any(p.name == partition for p in self._library.partitions(tenant)):
             raise LookupError(f"no partition {partition!r} for tenant {tenant!r}")
-        if self._running is not None:
-            raise ReindexRunning(self._running)
+        last = self._jobs.get((tenant, partition))
+        if last is not None and last.pending:
+            raise ReindexPending(last)
+        pending = [j for j in (self._running, *self._queued) if j is not None]
+        mine = sum(j.tenant == tenant for j in pending)
+        if mine >= self._per_tenant:
+            raise ReindexQueueFull(f"tenant {tenant!r} has {mine} re-indexes queued or running, its most")
+        if len(self._queued) >= self._max_queued:
+            raise ReindexQueueFull(f"{len(self._queued)} re-indexes are queued on this box, its most")
         job = ReindexJob(tenant, partition, language, tokens_only, time.time())
+        self._queued.append(job)
         self._record(job)
-        self._running = job
-        self._task = asyncio.get_running_loop().create_task(self._run(job), name=f"reindex {tenant}/{partition}")
-        return job
+        self._start_next()
+        return self._jobs[(tenant, partition)]
 
     def job(self, tenant: str, partition: str) -> ReindexJob | None:
         """The partition's last re-index since the server started (None: none)."""
         return self._jobs.get((tenant, partition))
 
+    def ahead(self, job: ReindexJob) -> int:
+        """How many re-indexes end before this queued one starts (the running one included), turns as they stand."""
+        if job.state is not JobState.QUEUED:
+            return 0
+        queued, last_turn, turn = list(self._queued), dict(self._last_turn), self._turn
+        count = int(self._running is not None)
+        while queued:
+            picked = _pick(queued, last_turn)
+            if (picked.tenant, picked.partition) == (job.tenant, job.partition):
+                return count
+            queued.remove(picked)
+            turn += 1
+            last_turn[picked.tenant] = turn
+            count += 1
+        return count
+
+    def _start_next(self) -> None:
+        if self._closed or self._running is not None or not self._queued:
+            return
+        job = _pick(self._queued, self._last_turn)
+        self._queued.remove(job)
+        self._turn += 1
+        waiting = {j.tenant for j in self._queued}
+        self._last_turn = {t: n for t, n in self._last_turn.items() if t in waiting}  # bounded by the queue
+        self._last_turn[job.tenant] = self._turn
+        job = replace(job, state=JobState.RUNNING, started_at=time.time())
+        self._record(job)
+        self._running = job
+        self._task = asyncio.get_running_loop().create_task(self._run(job), name=f"reindex {job.tenant}/"
+                                                                                 f"{job.partition}")
+
     async def _run(self, job: ReindexJob) -> None:
-        log.info("partition %s/%s: re-index asked (language %s%s)", job.tenant, job.partition,
+        log.info("partition %s/%s: re-index started (language %s%s)", job.tenant, job.partition,
                  job.language or "kept", ", token vectors only" if job.tokens_only else "")
         try:
             await self._library.reindex(job.tenant, job.partition, job.language, job.tokens_only)
@@ -93,17 +148,32 @@ class Reindexer:
     def _end(self, job: ReindexJob) -> None:
         self._record(replace(job, ended_at=time.time()))
         self._running = None
+        self._start_next()
 
     def _record(self, job: ReindexJob) -> None:
         key = (job.tenant, job.partition)
         self._jobs.pop(key, None)
         self._jobs[key] = job
-        while len(self._jobs) > self._keep:
-            self._jobs.popitem(last=False)
+        if len(self._jobs) > self._keep:  # forget the oldest ended ones; a queued or running one stays
+            ended = [k for k, j in self._jobs.items() if not j.pending][:len(self._jobs) - self._keep]
+            for k in ended:
+                del self._jobs[k]
 
     async def close(self) -> None:
-        """Stop a running re-index (shutting down): the next boot finishes what it changed."""
+        """Stop the running re-index (shutting down): the next boot finishes what it changed; queued ones never
+        started, so nothing of theirs was changed."""
+        self._closed = True
+        now = time.time()
+        for job in self._queued:
+            self._record(replace(job, state=JobState.FAILED, ended_at=now,
+                                 error="the server stopped before it started"))
+        self._queued.clear()
         if self._task is not None and not self._task.done():
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+
+def _pick(queued: list[ReindexJob], last_turn: dict[str, int]) -> ReindexJob:
+    """The oldest queued job of the tenant whose last start is the oldest (never: first)."""
+    return min(queued, key=lambda j: last_turn.get(j.tenant, -1))  # min keeps the first of equals: the oldest

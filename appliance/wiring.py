@@ -103,7 +103,7 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
         parser = ParserPool(s.parse.workers, s.parse.timeout_s, s.parse.max_memory_mib, parse_limits(s.parse))
         stack.push_async_callback(parser.close)
         files = FileIngester(library, parser, s.chunking, s.parse.max_file_bytes)
-        reindexer = Reindexer(library)
+        reindexer = Reindexer(library, s.index.reindex_per_tenant, s.index.reindex_queued)
         stack.push_async_callback(reindexer.close)
         if s.demo_corpus and cluster is None and not store.partitions():  # a site's tenants are placed, not demo
             await _ingest_samples(library)

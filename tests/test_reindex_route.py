@@ -1,6 +1,7 @@
 """A partition re-indexed over HTTP on a running server (POST/GET /v1/partitions/{name}/reindex): another language
-while it is searched, one re-index at a time on the box, hostile requests refused with nothing changed, another
-tenant's partitions out of reach, a slow body timed out, and a server stopped mid-way finishing it at its next boot."""
+while it is searched, one re-index at a time on the box with tenants taking turns in a bounded queue, hostile
+requests refused with nothing changed, another tenant's partitions out of reach, a slow body timed out, and a server
+stopped mid-way finishing it at its next boot."""
 from __future__ import annotations
 
 import asyncio
@@ -21,19 +22,25 @@ PAPERS = beir_slice(SCIFACT, queries=6, distractors=250)  # several hundred chun
 
 @pytest.fixture(scope="module")
 def keyed(tmp_path_factory, models_dir):
-    """One server with API keys: tenant alpha's English partition `papers`, beta's small `notes`."""
+    """One server with API keys: tenant alpha's English partition `papers`, beta's small `notes` and `memos`; gamma
+    and delta for the queue's turns. The box queues at most 5 re-indexes, a tenant has at most 4."""
     folder = tmp_path_factory.mktemp("reindex")
-    keys_file, keys = write_keys(folder, ["alpha", "beta"], admin=True)
-    settings = make_settings(folder, models_dir, admission_keys_file=str(keys_file), server_body_timeout_s="5")
+    keys_file, keys = write_keys(folder, ["alpha", "beta", "gamma", "delta"], admin=True)
+    settings = make_settings(folder, models_dir, admission_keys_file=str(keys_file), server_body_timeout_s="5",
+                             index_reindex_per_tenant="4", index_reindex_queued="5")
     with LiveServer(settings, api_key=keys["alpha"]) as live:
         live.keys = keys
         docs = [{"id": d.id, "title": d.title, "text": d.text} for d in beir_documents(PAPERS.corpus)]
         with live.client() as c:
             assert c.post("/v1/documents", json={"partition": "papers", "documents": docs}).status_code == 200
         with live.client(keys["beta"]) as c:
-            notes = [{"id": f"n{i}", "text": f"Note {i}: the pump restarts after a power cut."} for i in range(5)]
-            assert c.post("/v1/documents", json={"partition": "notes", "documents": notes}).status_code == 200
+            for name in ("notes", "memos"):
+                assert c.post("/v1/documents", json={"partition": name, "documents": _notes(5)}).status_code == 200
         yield live
+
+
+def _notes(count: int) -> list[dict]:
+    return [{"id": f"n{i}", "text": f"Note {i}: the pump restarts after a power cut."} for i in range(count)]
 
 
 def _listed(live: LiveServer, key: str) -> dict[str, dict]:
@@ -48,7 +55,7 @@ def _wait_done(live: LiveServer, name: str, key: str, timeout: float = 600) -> d
     with live.client(key) as c:
         while time.time() < deadline:
             state = c.get(f"/v1/partitions/{name}/reindex").json()
-            if state["state"] != "running":
+            if state["state"] not in ("queued", "running"):
                 return state
             time.sleep(0.2)
     raise TimeoutError(f"re-index of {name} still running")
@@ -63,28 +70,28 @@ def test_a_partition_reindexed_to_another_language_over_http_while_it_is_searche
         with keyed.client() as c:
             return c.post("/v1/partitions/papers/reindex", json={"language": "multi"})
 
-    with ThreadPoolExecutor(6) as pool:  # six at once: one starts, the others find it running
+    with ThreadPoolExecutor(6) as pool:  # six at once: one starts, the others find it pending
         replies = list(pool.map(post, range(6)))
     started = [r for r in replies if r.status_code == 202]
     refused = [r for r in replies if r.status_code == 409]
     assert len(started) == 1 and len(refused) == 5, [(r.status_code, r.text) for r in replies]
     job = started[0].json()
-    assert (job["tenant"], job["partition"], job["state"], job["language"], job["tokens"]) == \
-        ("alpha", "papers", "running", "multi", False)
+    assert (job["tenant"], job["partition"], job["state"], job["language"], job["tokens"], job["ahead"]) == \
+        ("alpha", "papers", "running", "multi", False, 0)
     assert started[0].headers["location"] == "/v1/partitions/papers/reindex" and job["result"] is None
     for reply in refused:
         error = reply.json()["error"]
-        assert error["code"] == "reindex_running" and "'papers'" in error["message"], reply.text
-        assert reply.headers["retry-after"]
-    with keyed.client(beta) as c:  # another tenant is told one is running, not whose or which
-        theirs = c.post("/v1/partitions/notes/reindex", json={})
-    assert theirs.status_code == 409 and theirs.json()["error"]["code"] == "reindex_running"
-    assert "another tenant" in theirs.json()["error"]["message"] and "papers" not in theirs.text
-    assert "alpha" not in theirs.text
+        assert error["code"] == "reindex_pending" and "'papers'" in error["message"], reply.text
+        assert reply.headers["location"] == "/v1/partitions/papers/reindex"
+    with keyed.client(beta) as c:  # another tenant's waits its turn, told how many are ahead, not whose or which
+        theirs = c.post("/v1/partitions/memos/reindex", json={})
+    assert theirs.status_code == 202, theirs.text
+    assert (theirs.json()["state"], theirs.json()["ahead"], theirs.json()["started_at"]) == ("queued", 1, None)
+    assert "papers" not in theirs.text and "alpha" not in theirs.text
 
     searched = []  # the partition keeps answering from its previous version meanwhile
     with keyed.client() as c:
-        while c.get("/v1/partitions/papers/reindex").json()["state"] == "running":
+        while c.get("/v1/partitions/papers/reindex").json()["state"] in ("queued", "running"):
             query = list(PAPERS.queries.values())[len(searched) % len(PAPERS.queries)]
             reply = c.post("/v1/search", json={"query": query, "k": 5})
             searched.append((reply.status_code, len(reply.json().get("results", ()))))
@@ -106,6 +113,53 @@ def test_a_partition_reindexed_to_another_language_over_http_while_it_is_searche
         {k: result[k] for k in ("language", "encoder", "version", "chunks")}
     assert found["encoders"] == ["use"] and len(found["results"]) == 5
     assert _listed(keyed, beta)["notes"]["encoder"] == "minilm", "another tenant's partition is untouched"
+    memos = _wait_done(keyed, "memos", beta)
+    assert memos["state"] == "done" and memos["started_at"] >= done["ended_at"], (memos, done)
+    assert (memos["result"]["language"], memos["result"]["encoder"], memos["result"]["chunks"]) == ("en", "minilm", 5)
+
+
+def test_tenants_take_turns_in_a_bounded_queue(keyed):
+    """While alpha's long re-index holds the box, gamma queues four and delta one: delta's starts right after
+    gamma's first, not after all four; a fifth of gamma's, and anything past the box's five queued, is a 429."""
+    gamma, delta, beta = keyed.keys["gamma"], keyed.keys["delta"], keyed.keys["beta"]
+    for key, names in ((gamma, [f"g{i}" for i in range(5)]), (delta, ["d0"])):
+        with keyed.client(key) as c:
+            for name in names:
+                assert c.post("/v1/documents", json={"partition": name, "documents": _notes(3)}).status_code == 200
+    with keyed.client() as c:
+        blocker = c.post("/v1/partitions/papers/reindex", json={})  # encodes a few hundred chunks: seconds
+    assert blocker.status_code == 202 and blocker.json()["state"] == "running", blocker.text
+    with keyed.client(gamma) as c:
+        queued = [c.post(f"/v1/partitions/g{i}/reindex", json={}) for i in range(4)]
+        over_share = c.post("/v1/partitions/g4/reindex", json={})
+    with keyed.client(delta) as c:
+        theirs = c.post("/v1/partitions/d0/reindex", json={})
+    with keyed.client(beta) as c:
+        box_full = c.post("/v1/partitions/notes/reindex", json={})  # gamma's 4 and delta's 1 fill the box's 5
+    with keyed.client(gamma) as c:
+        still_queued = c.get("/v1/partitions/g3/reindex").json()
+
+    assert [r.status_code for r in queued] == [202] * 4, [r.text for r in queued]
+    assert [(r.json()["state"], r.json()["ahead"]) for r in queued] == [("queued", n) for n in (1, 2, 3, 4)]
+    # delta has not been served: its one comes after gamma's first (asked earlier), before gamma's others
+    assert theirs.status_code == 202 and (theirs.json()["state"], theirs.json()["ahead"]) == ("queued", 2)
+    assert not any(word in theirs.text for word in ("alpha", "gamma", "papers", "g0"))
+    assert (still_queued["state"], still_queued["ahead"], still_queued["started_at"]) == ("queued", 5, None)
+    for reply in (over_share, box_full):
+        assert reply.status_code == 429 and reply.json()["error"]["code"] == "reindex_queue_full", reply.text
+        assert reply.headers["retry-after"] and "gamma" not in box_full.text
+    assert "'gamma'" in over_share.json()["error"]["message"]
+    with keyed.client(beta) as c:
+        assert c.get("/v1/partitions/notes/reindex").status_code == 404, "a refused re-index is not recorded"
+
+    ended = {name: _wait_done(keyed, name, key) for key, name in
+             ((gamma, "g0"), (gamma, "g1"), (gamma, "g2"), (gamma, "g3"), (delta, "d0"))}
+    assert all(job["state"] == "done" and job["result"]["chunks"] == 3 for job in ended.values()), ended
+    order = sorted(ended, key=lambda name: ended[name]["started_at"])
+    assert order == ["g0", "d0", "g1", "g2", "g3"], order
+    for before, after in zip(order, order[1:]):  # one at a time
+        assert ended[after]["started_at"] >= ended[before]["ended_at"], (before, after)
+    assert ended["g0"]["started_at"] >= _wait_done(keyed, "papers", keyed.keys["alpha"])["ended_at"]
 
 
 @pytest.mark.parametrize("path, body, status, field", [
@@ -188,20 +242,28 @@ def test_a_server_stopped_mid_reindex_finishes_it_at_its_next_boot(tmp_path, mod
     async def go():
         async with open_services(settings, warm_up=False, generation=False) as services:
             await services.library.ingest("t", "kb", docs)
-            before = services.library.partitions("t")[0]
+            await services.library.ingest("t", "kb2", docs[:3])
+            named = {p.name: p for p in services.library.partitions("t")}
+            before, queued_before = named["kb"], named["kb2"]
             reindexer = services.reindexer
             reindexer.start("t", "kb", "multi")
+            assert reindexer.start("t", "kb2", "multi").state is JobState.QUEUED  # behind kb
             with pytest.raises(LookupError):
                 reindexer.start("t", "nope")
             deadline = time.monotonic() + 120
             while services.library.store.get_partition("t", "kb").language != "multi":
                 assert time.monotonic() < deadline and reindexer.job("t", "kb").state is JobState.RUNNING
                 await asyncio.sleep(0.01)  # the new language is stored; its build is running
-        stopped = reindexer.job("t", "kb")
+        stopped, never_started = reindexer.job("t", "kb"), reindexer.job("t", "kb2")
         async with open_services(settings, warm_up=False, generation=False) as services:
-            return before, stopped, services.library.partitions("t")[0]
+            named = {p.name: p for p in services.library.partitions("t")}
+            after, queued_after = named["kb"], named["kb2"]
+            return before, stopped, after, queued_before, never_started, queued_after
 
-    before, stopped, after = run(go())
+    before, stopped, after, queued_before, never_started, queued_after = run(go())
+    assert never_started.state is JobState.FAILED and never_started.started_at is None, never_started
+    assert never_started.error == "the server stopped before it started"
+    assert queued_after == queued_before, "a queued re-index that never started changed nothing"
     assert (before.language, before.encoder) == ("en", "minilm")
     assert stopped.state is JobState.FAILED and stopped.error == "the server stopped first", stopped
     assert (after.language, after.encoder, after.chunks) == ("multi", "use", before.chunks)

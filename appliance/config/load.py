@@ -60,6 +60,7 @@ _POSITIVE = {
     ("encoder", "queue_size"), ("encoder", "max_length"), ("encoder", "ingest_batch"),
     ("index", "connectivity"), ("index", "expansion_add"), ("index", "expansion_search"), ("index", "max_token_shards"),
     ("index", "codebook_centroids"), ("index", "codebook_min_tokens"), ("index", "codebook_sample"),
+    ("index", "reindex_per_tenant"), ("index", "reindex_queued"),
     ("chunking", "max_words"), ("chunking", "max_chars_cjk"), ("chunking", "max_chars"), ("retrieve", "default_k"), ("retrieve", "max_k"),
     ("retrieve", "rrf_k"), ("retrieve", "overfetch"), ("retrieve", "late_candidates"),
     ("retrieve", "search_threads"), ("generate", "passages"), ("generate", "context_tokens"),

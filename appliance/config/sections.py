@@ -94,6 +94,10 @@ class IndexSettings:
     # Warm-up reads the partitions' index files into the page cache, at most this much (and at most half the
     # memory available at boot), so the first queries after a boot take no major page faults. 0: off.
     warm_max_mib: int = 8192
+    # Re-indexes asked over HTTP wait in a queue, tenants taking turns: a tenant may have this many queued or
+    # running, and the box this many queued (one runs at a time).
+    reindex_per_tenant: int = 4
+    reindex_queued: int = 64
 
 
 @dataclass(slots=True, frozen=True)

@@ -76,6 +76,11 @@ class ApiError(Exception):
         return cls(409, code, message, field, headers)
 
     @classmethod
+    def too_many(cls, code: str, message: str, retry_after_s: int = 10) -> "ApiError":
+        """429: a bounded queue's share for this client is full; try again later."""
+        return cls(429, code, message, headers={"Retry-After": str(retry_after_s)})
+
+    @classmethod
     def unavailable(cls, code: str, message: str) -> "ApiError":
         return cls(503, code, message, headers=RETRY_AFTER)
 

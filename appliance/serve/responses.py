@@ -77,9 +77,11 @@ def partition_json(p: PartitionInfo) -> dict[str, Any]:
     return out
 
 
-def reindex_json(job: ReindexJob) -> dict[str, Any]:
+def reindex_json(job: ReindexJob, ahead: int) -> dict[str, Any]:
+    """`ahead`: re-indexes that end before a queued one starts (the running one included)."""
     return {"tenant": job.tenant, "partition": job.partition, "state": job.state.value, "language": job.language,
-            "tokens": job.tokens_only, "started_at": job.started_at, "ended_at": job.ended_at,
+            "tokens": job.tokens_only, "ahead": ahead, "asked_at": job.asked_at, "started_at": job.started_at,
+            "ended_at": job.ended_at,
             "result": partition_json(job.result) if job.result is not None else None, "error": job.error}
 
 

@@ -35,7 +35,8 @@ ERRORS: dict[int, tuple[str, str, dict]] = {
                           "than server.max_json_values values", {}),
     415: ("UnsupportedMediaType", "The body is not sent as Content-Type: application/json", {}),
     422: ("Invalid", "A field is wrong; error.field names it", {}),
-    429: ("RateLimited", "The tenant's request rate is over its limit", {"Retry-After": _RETRY_AFTER}),
+    429: ("RateLimited", "The tenant's request rate is over its limit, or a bounded queue's share (a re-index) is "
+                         "full", {"Retry-After": _RETRY_AFTER}),
     503: ("NotReady", "Warming up, boot failed, or overloaded", {"Retry-After": _RETRY_AFTER}),
 }
 ANY_ERRORS = (403,)  # any request: a Host or Origin that is not allowed
@@ -132,17 +133,20 @@ def _partition_operations() -> list[Operation]:
     name = Param("name", "path", Spec("string", "Partition name.", required=True, pattern=NAME_PATTERN))
     job = {"type": "object", "required": ["tenant", "partition", "state"], "properties": {
         "tenant": {"type": "string"}, "partition": {"type": "string"},
-        "state": {"type": "string", "enum": ["running", "done", "failed"]},
+        "state": {"type": "string", "enum": ["queued", "running", "done", "failed"]},
         "language": {"type": "string", "nullable": True}, "tokens": {"type": "boolean"},
-        "started_at": {"type": "number"}, "ended_at": {"type": "number", "nullable": True},
+        "ahead": {"type": "integer", "description": "Re-indexes that end before this queued one starts."},
+        "asked_at": {"type": "number"}, "started_at": {"type": "number", "nullable": True},
+        "ended_at": {"type": "number", "nullable": True},
         "result": {"type": "object", "nullable": True, "description": "The partition once done."},
         "error": {"type": "string", "nullable": True}}}
     return [
         Operation("get", "/v1/partitions", "A tenant's partitions", "Partitions", params=(_TENANT,)),
         Operation("post", "/v1/partitions/{name}/reindex", "Re-index a partition in the background: another "
-                  "language (and its encoder), the same one again, or its token vectors re-coded; one at a time on "
-                  "a box", "Started (Location: where to ask how it stands)", ok_status="202", ok_schema=job,
-                  body=REINDEX_BODY, params=(name,), errors=(404, 409)),
+                  "language (and its encoder), the same one again, or its token vectors re-coded; queued, one at a "
+                  "time on a box, tenants taking turns", "Queued or started (Location: where to ask how it "
+                  "stands)", ok_status="202", ok_schema=job, body=REINDEX_BODY, params=(name,),
+                  errors=(404, 409)),
         Operation("get", "/v1/partitions/{name}/reindex", "How the partition's last re-index since the server "
                   "started stands", "The re-index", ok_schema=job, params=(name, _TENANT), errors=(404,)),
     ]

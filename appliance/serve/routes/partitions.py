@@ -1,14 +1,13 @@
-"""GET /v1/partitions, and a partition's re-index: POST starts one in the background, GET says where it stands."""
+"""GET /v1/partitions, and a partition's re-index: POST queues one (run in the background), GET says where it stands."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ...reindexing import ReindexRunning
+from ...reindexing import ReindexPending, ReindexQueueFull
 from ..edge import NAME, edge, read_body, require_ready, tenant_param
 from ..errors import ApiError
 from ..requests import ReindexBody
@@ -31,17 +30,18 @@ async def start_reindex(request: Request) -> JSONResponse:
         raise ApiError.conflict("site_reindex", "on a site of several boxes, re-index each box in turn with its "
                                 "server stopped (`appliance reindex`): the balancer sends its tenants to the other "
                                 "box meanwhile")
+    reindexer = services.reindexer
     try:
-        job = services.reindexer.start(body.tenant, name, body.language, body.tokens_only)
+        job = reindexer.start(body.tenant, name, body.language, body.tokens_only)
     except LookupError as exc:
         raise ApiError.not_found(str(exc), "name") from None
-    except ReindexRunning as exc:
-        running = exc.running
-        what = (f"partition {running.partition!r} (for {time.time() - running.started_at:.0f} s)"
-                if running.tenant == body.tenant else "another tenant's partition")  # nothing of another tenant
-        raise ApiError.conflict("reindex_running", f"a re-index of {what} is running on this box; one runs at a "
-                                "time: try again once it has ended", headers={"Retry-After": "10"}) from None
-    return JSONResponse(reindex_json(job), status_code=202, headers={"Location": request.url.path})
+    except ReindexPending as exc:  # the tenant's own partition: its state may be named
+        raise ApiError.conflict("reindex_pending", f"{exc}: ask GET {request.url.path} how it stands",
+                                headers={"Location": request.url.path}) from None
+    except ReindexQueueFull as exc:
+        raise ApiError.too_many("reindex_queue_full", f"{exc}: try again once one has ended") from None
+    return JSONResponse(reindex_json(job, reindexer.ahead(job)), status_code=202,
+                        headers={"Location": request.url.path})
 
 
 async def reindex_state(request: Request) -> JSONResponse:
@@ -52,7 +52,7 @@ async def reindex_state(request: Request) -> JSONResponse:
     if job is None:
         raise ApiError.not_found(f"no re-index of partition {name!r} of tenant {tenant!r} since the server "
                                  "started", "name")
-    return JSONResponse(reindex_json(job))
+    return JSONResponse(reindex_json(job, services.reindexer.ahead(job)))
 
 
 async def reindex(request: Request) -> JSONResponse:

@@ -22,7 +22,13 @@ Writes bench/results/languages.md and .json (quick runs: bench/.cache/languages-
    on the odd ones against hybrid without it.
 4. afqmc: bench/serving_kit/cache_eval.run on AFQMC with USE vectors: GPTCache 0.1.44 swept on the same vectors,
    our thresholds chosen on the even pairs with the Chinese rules (numbers in both forms, negation, terms on one
-   side only: `cache.semantic_max_term_difference_zh`), reported on the odd ones.
+   side only: `cache.semantic_max_term_difference_zh`), reported on the odd ones. Then the labelled pairs on their
+   own (languages_kit/pairs.py): the product's check, the cosine alone, and a logistic regression over every
+   signal the box has, each judged pair by pair on its label, so hits on other pairs' questions (paraphrases or
+   not: the data does not say) do not count.
+
+    .venv/bin/python bench/languages.py --skip-box --skip-one-encoder --skip-chinese-late \
+        --out bench/results/languages_afqmc    # step 4 alone
 """
 from __future__ import annotations
 
@@ -54,6 +60,7 @@ PACKAGES = ["rag-appliance", "onnxruntime", "usearch", "bm25s", "numpy", "gptcac
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true")
+    p.add_argument("--skip-box", action="store_true", help="skip step 1 (both ingests, every question searched)")
     p.add_argument("--skip-one-encoder", action="store_true", help="skip step 2 (two more ingests)")
     p.add_argument("--skip-afqmc", action="store_true")
     p.add_argument("--skip-chinese-late", action="store_true")
@@ -168,6 +175,7 @@ async def bench_chinese_late(data: dict[str, BeirData], folder: Path, log) -> di
 
 
 async def bench_afqmc(log) -> dict:
+    from languages_kit import pairs as labelled_pairs
     from serving_kit import cache_eval
     from serving_kit.vectors import load_dataset
 
@@ -175,6 +183,7 @@ async def bench_afqmc(log) -> dict:
 
     from appliance.cache.evaluate import evaluate_pairs
     from appliance.cache.semantic import SemanticParams
+    from appliance.config import CacheSettings
 
     pairs, vectors, encoder = load_dataset("afqmc_zh", REPO / "models", log)
     out = cache_eval.run("afqmc_zh", pairs, vectors, encoder, log)
@@ -183,6 +192,8 @@ async def bench_afqmc(log) -> dict:
     out["term_sweep"] = {split: [evaluate_pairs(subset, vectors.encode, replace(base, max_term_difference_zh=d))
                                  | {"max_term_difference_zh": d} for d in TERM_DIFFERENCES]
                          for split, subset in (("dev", pairs[0::2]), ("held_out", pairs[1::2]))}
+    out["pairs_alone"] = labelled_pairs.run(pairs, vectors, out["chosen"]["threshold"],
+                                            CacheSettings().semantic_max_term_difference_zh)
     return out
 
 
@@ -204,7 +215,8 @@ async def main(argv=None) -> int:
     step = step_runner(results)
     data = load_data(args.quick)
     root = CACHE / ("languages-quick" if args.quick else "languages")
-    await step("box", bench_box(data, root / "box", log))
+    if not args.skip_box:
+        await step("box", bench_box(data, root / "box", log))
     if not args.skip_one_encoder:
         await step("one_encoder", bench_one_encoder(data, root / "one-encoder", log))
     if not args.skip_chinese_late:

@@ -99,7 +99,26 @@ def afqmc_lines(a: dict) -> list[str]:
             lines.append(f"| {dev['max_term_difference_zh']} | {dev['right_hits']} / {dev['wrong_hits']} "
                          f"({dev['wrong_hit_share']}) | {held['right_hits']} / {held['wrong_hits']} "
                          f"({held['wrong_hit_share']}) |")
+    if "pairs_alone" in a:
+        lines += pairs_alone_lines(a["pairs_alone"])
     return lines + [""]
+
+
+def pairs_alone_lines(p: dict) -> list[str]:
+    """bench/languages_kit/pairs.py: each held-out pair judged on its own label."""
+    lines = ["", f"The labelled pairs on their own ({p['held_out_pairs']} held-out pairs, each judged on its label: "
+             "would the check serve text_a's answer to text_b? Hits on other pairs' questions, which the protocol "
+             "above counts wrong whether or not they are paraphrases, do not arise). The logistic regression is "
+             f"trained on the even pairs over {len(p['features'])} signals ({', '.join(p['features'])}).", "",
+             "| check | served | right | wrong | wrong share | duplicates served |", "|---|---|---|---|---|---|"]
+    for name, c in p["served"].items():
+        share = "" if c["wrong_share"] is None else c["wrong_share"]
+        lines.append(f"| {name} | {c['served']} | {c['right']} | {c['wrong']} | {share} | "
+                     f"{c['duplicates_served']} |")
+    lines += ["", "How well each separates duplicates from near-misses at all (0.5 = chance): held-out AUC "
+              + ", ".join(f"{k} {v}" for k, v in p["auc"].items()) + "; held-out accuracy "
+              + ", ".join(f"{k} {v}" for k, v in p["accuracy"].items()) + "."]
+    return lines
 
 
 def judge(r: dict) -> list[tuple[str, bool]]:

@@ -39,7 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request: a site's boxes pull every second
-    from .library import KindConflict, QuotaExceeded
+    from .library import KindConflict
+    from .quotas import QuotaExceeded
     from .wiring import DataDirBusy
 
     try:
@@ -112,6 +113,14 @@ def _add_document_commands(commands) -> None:
     reindex.add_argument("--tokens", action="store_true", help="only re-code int8 token vectors into the "
                          "configured codec (index.token_codec), from the index itself: no text encoded again")
     reindex.set_defaults(run=_reindex)
+
+    partition = commands.add_parser("partition", help="a partition's settings, with the server stopped (a running "
+                                    "server: PATCH /v1/partitions/NAME)")
+    partition.add_argument("--tenant", required=True)
+    partition.add_argument("--partition", required=True)
+    partition.add_argument("--dense-weight", required=True, type=_dense_weight, help="the vector list's weight in "
+                           "its hybrid fusion (BM25's is 1): 0 to 10, or default (its language's)")
+    partition.set_defaults(run=_partition)
 
 
 def _add_admin_commands(commands) -> None:
@@ -291,6 +300,30 @@ def _reindex(settings: Settings, args) -> None:
             for p in services.library.partitions(args.tenant):
                 if args.partition in (None, p.name):
                     print(f"{p.tenant}/{p.name}: language {p.language}, encoder {p.encoder}")
+    asyncio.run(run())
+
+
+def _dense_weight(text: str) -> float | None:
+    if text == "default":
+        return None
+    try:
+        weight = float(text)
+    except ValueError:
+        weight = -1.0
+    if not 0 <= weight <= 10:
+        raise argparse.ArgumentTypeError("a number from 0 to 10, or default")
+    return weight
+
+
+def _partition(settings: Settings, args) -> None:
+    async def run() -> None:
+        async with _opened(settings) as services:
+            try:
+                info = await services.library.set_dense_weight(args.tenant, args.partition, args.dense_weight)
+            except LookupError as exc:
+                sys.exit(str(exc))
+            weight = "its language's" if info.dense_weight is None else info.dense_weight
+            print(f"{info.tenant}/{info.name}: dense weight {weight}")
     asyncio.run(run())
 
 

@@ -16,6 +16,7 @@ from .config import ChunkSettings, IndexSettings, QuotaSettings
 from .encode import EncoderSet
 from .index import PartitionSnapshot
 from .ingest import DocumentInput, PartitionIndexer, prepare_documents
+from .quotas import check_quota
 from .retrieve import PartitionFilter, Target, select_partitions
 from .store import BlobStore, DocumentStatus, FileDocument, NewDocument, Partition, Store
 from .text import AUTO, LANGUAGES, BM25Tokenizer, detect_language
@@ -30,14 +31,6 @@ class KindConflict(ValueError):
 
 class LanguageConflict(ValueError):
     """An ingest named a language other than the one the existing partition has (a re-index changes it)."""
-
-
-class QuotaExceeded(ValueError):
-    """An ingest would take its tenant past a `[quota]` limit; nothing of it was stored."""
-
-    def __init__(self, limit: str, message: str, field: str):
-        super().__init__(message)
-        self.limit, self.field = limit, field  # the setting's name (quota.<limit>); the request's part at fault
 
 
 @dataclass(slots=True)
@@ -65,6 +58,7 @@ class PartitionInfo:
     chunks: int
     language: str = AUTO  # en, zh, multi; auto until its first documents decide it
     encoder: str = ""  # what its current index version was built by ("" before any)
+    dense_weight: float | None = None  # its own weight of the vector list in fusion (None: its language's)
     documents: int | None = None  # filled by `partition_details` only (a store read)
     index_bytes: int | None = None  # the searchable index version's files on disk (ditto)
 
@@ -200,6 +194,17 @@ class Library:
             results.append(IngestResult(record.tenant, record.name, indexer.partition.version, version))
         return results
 
+    async def set_dense_weight(self, tenant: str, partition: str, weight: float | None) -> PartitionInfo:
+        """Give the partition its own weight of the vector list in hybrid fusion (None: back to its language's);
+        the next search uses it. Raises LookupError where the tenant has no such partition."""
+        record = await asyncio.to_thread(self.store.get_partition, tenant, partition)
+        if record is None or record.id not in self._indexers:
+            raise LookupError(f"no partition {partition!r} for tenant {tenant!r}")
+        await asyncio.to_thread(self.store.set_dense_weight, record.id, weight)
+        indexer = self._indexers[record.id]
+        indexer.partition = await asyncio.to_thread(self.store.partition_by_id, record.id)
+        return next(info for info, i in self._infos(tenant) if i is indexer)
+
     def _admit(self, tenant: str, name: str, kind: str | None, language: str | None,
                prepared: list[NewDocument], quotas: bool = True) -> tuple[Partition, str | None]:
         """The partition to write into, once the write is known to fit the quotas (store reads: a worker thread),
@@ -208,7 +213,7 @@ class Library:
         existing = self.store.get_partition(tenant, name)
         q = self._quota
         if quotas and (q.max_documents or q.max_partitions or q.max_text_bytes):
-            _check_quota(q, self.store, tenant, existing, prepared)
+            check_quota(q, self.store, tenant, existing, prepared)
         asked = language if language not in (None, AUTO) else None
         if existing is not None and asked is not None and existing.language not in (AUTO, asked):
             raise LanguageConflict(f"partition {name!r} holds language {existing.language!r}, not {asked!r}: "
@@ -283,7 +288,8 @@ class Library:
                 snapshot = indexer.snapshot
                 out.append((PartitionInfo(p.tenant, p.name, p.kind, p.version, indexer.indexed_version,
                                           snapshot.size if snapshot is not None else 0, p.language,
-                                          snapshot.encoder if snapshot is not None else ""), indexer))
+                                          snapshot.encoder if snapshot is not None else "", p.dense_weight),
+                            indexer))
         return out
 
     def partition_details(self, tenant: str | None = None) -> list[PartitionInfo]:
@@ -310,12 +316,18 @@ class Library:
     def targets(self, where: PartitionFilter) -> list[Target]:
         """The searchable snapshots of the partitions a request may search, as they are now, each with the language
         it was built for (while a re-index to another language runs, the partition's is already the new one)."""
-        return [Target(p.name, snapshot, snapshot.language or p.language) for p in self._select(where)
+        return [Target(p.name, snapshot, snapshot.language or p.language, p.dense_weight) for p in self._select(where)
                 if (snapshot := self._indexers[p.id].snapshot) is not None]
 
     def versions(self, where: PartitionFilter) -> dict[str, int]:
-        """The partitions a request would search and their index versions (what a cached answer depends on)."""
-        return {p.name: self._indexers[p.id].indexed_version for p in self._select(where)}
+        """The partitions a request would search and their index versions, and each one's own dense weight in
+        millionths under `name#dense_weight` (no partition name holds a #): what a cached answer depends on."""
+        versions = {}
+        for p in self._select(where):
+            versions[p.name] = self._indexers[p.id].indexed_version
+            if p.dense_weight is not None:
+                versions[f"{p.name}#dense_weight"] = round(p.dense_weight * 1_000_000)
+        return versions
 
     def snapshot(self, tenant: str, name: str) -> PartitionSnapshot | None:
         """One partition's current snapshot, if it has been indexed."""
@@ -351,28 +363,6 @@ def check_reindex(language: str | None, tokens_only: bool) -> None:
         raise ValueError("re-coding token vectors keeps the encoder: it takes no language")
     if language is not None and language != AUTO and language not in LANGUAGES:
         raise ValueError(f"language must be auto or one of {list(LANGUAGES)}, not {language!r}")
-
-
-def _check_quota(quota: QuotaSettings, store: Store, tenant: str, partition: Partition | None,
-                 prepared: list[NewDocument]) -> None:
-    """Refuse a write that would take the tenant past a limit. Only growth counts: a replacement or an unchanged
-    document adds no document, and a tenant over a lowered limit can still replace and delete."""
-    usage = store.tenant_usage(tenant)
-    if partition is None and quota.max_partitions and usage.partitions >= quota.max_partitions:
-        raise QuotaExceeded("max_partitions", f"tenant {tenant!r} has {usage.partitions} partitions, as many as "
-                            f"quota.max_partitions = {quota.max_partitions} allows: write into one of them",
-                            "partition")
-    latest = {doc.key: doc for doc in prepared}  # a repeated id: the last one is what stays
-    stored = store.stored_documents(partition.id, latest) if partition is not None else {}
-    added = sum(key not in stored for key in latest)
-    grown = sum(doc.text_bytes - (stored[key].text_bytes if key in stored else 0) for key, doc in latest.items()
-                if key not in stored or stored[key].content_hash != doc.content_hash)
-    if quota.max_documents and added and usage.documents + added > quota.max_documents:
-        raise QuotaExceeded("max_documents", f"tenant {tenant!r} stores {usage.documents} documents; {added} more "
-                            f"would pass quota.max_documents = {quota.max_documents}", "documents")
-    if quota.max_text_bytes and grown > 0 and usage.text_bytes + grown > quota.max_text_bytes:
-        raise QuotaExceeded("max_text_bytes", f"tenant {tenant!r} stores {usage.text_bytes} bytes of text; "
-                            f"{grown} more would pass quota.max_text_bytes = {quota.max_text_bytes}", "documents")
 
 
 def _log_failure(task: asyncio.Future) -> None:

@@ -30,9 +30,10 @@ from .encode import CharVectors, EncoderSet, GraphChoice, MicroBatcher, load_enc
 from .generate import EngineSet, Router, build_vllm_engines, warm_up_prompts
 from .ingest import DocumentInput
 from .file_ingest import FileIngester
-from .library import Library, QuotaExceeded
+from .library import Library
 from .parse import ParseLimits, ParserPool
 from .paths import model_folder
+from .quotas import QuotaExceeded
 from .reindexing import Reindexer
 from .retrieve import HybridSearcher, PartitionFilter, Retriever
 from .standalone import FollowUpAnswers, StandaloneQuestions

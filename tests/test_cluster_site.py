@@ -79,6 +79,8 @@ def test_the_balancer_passes_request_ids_and_hides_the_boxes_own_routes(site):
         # each box indexes its own copy: a re-index over HTTP would leave the two copies in different languages
         reindex = client.post("/v1/partitions/docs/reindex", json={"tenant": tenant, "language": "multi"})
         assert reindex.status_code == 409 and reindex.json()["error"]["code"] == "site_reindex", reindex.text
+        weight = client.patch("/v1/partitions/docs", json={"tenant": tenant, "dense_weight": 0.2})  # the same
+        assert weight.status_code == 409 and weight.json()["error"]["code"] == "site_setting", weight.text
         given = client.post("/v1/search", json={"tenant": tenant, "query": "orbital"})
         assert re.fullmatch(r"[0-9A-F]+-[0-9A-F]+-[0-9A-F]+-[0-9A-F]+-[0-9A-F]+", given.headers["x-request-id"])
         for path in ("/cluster/status", "/cluster/journal?after=0&box=a"):

@@ -165,3 +165,22 @@ def test_chunk_places_and_source_files_are_kept_and_an_older_store_gains_their_c
     reopened = Store(path)
     assert {c.place for c in reopened.chunks(reopened.chunk_ids(p.id))} == {Place()}
     assert reopened.file_documents(p.id) == [] and reopened.count_documents(p.id) == 2
+
+
+def test_a_partitions_own_dense_weight_is_kept_and_an_older_store_gains_its_column(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    store = Store(path)
+    p = store.ensure_partition("t", "p")
+    assert store.get_partition("t", "p").dense_weight is None  # its language's
+    store.set_dense_weight(p.id, 0.25)
+    assert store.partition_by_id(p.id).dense_weight == 0.25
+    store.set_dense_weight(p.id, None)
+    assert store.get_partition("t", "p").dense_weight is None
+    store.close()
+    with sqlite3.connect(path) as db:  # as a store written before partitions had their own weight
+        db.execute("ALTER TABLE partitions DROP COLUMN dense_weight")
+    reopened = Store(path)
+    assert reopened.get_partition("t", "p").dense_weight is None
+    reopened.set_dense_weight(p.id, 2.0)
+    assert [q.dense_weight for q in reopened.partitions()] == [2.0]
+    reopened.close()

@@ -22,10 +22,12 @@ from .late import maxsim_stored
 
 @dataclass(slots=True, frozen=True)
 class Target:
-    """One partition to search: its name, the snapshot to read, and its language (en, zh, multi)."""
+    """One partition to search: its name, the snapshot to read, its language (en, zh, multi), and its own weight of
+    the vector list in fusion (None: the language's, from the settings)."""
     name: str
     snapshot: PartitionSnapshot
     language: str = "multi"
+    dense_weight: float | None = None
 
 
 @dataclass(slots=True)

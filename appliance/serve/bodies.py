@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ServerSettings, Settings
-from .body_schemas import REINDEX_BODY, ask_body, chat_body, ingest_body, search_body
+from .body_schemas import PARTITION_BODY, REINDEX_BODY, ask_body, chat_body, ingest_body, search_body
 from .validation import Spec, parse_json, validate
 
 
@@ -31,6 +31,7 @@ class BodySpecs:
     ask: Body
     chat: Body
     reindex: Body
+    partition: Body
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "BodySpecs":
@@ -39,7 +40,8 @@ class BodySpecs:
                    Body(search_body(settings), server.max_query_body_bytes),
                    Body(ask_body(settings), server.max_chat_body_bytes),  # a question with its history
                    Body(chat_body(settings), server.max_chat_body_bytes),
-                   Body(REINDEX_BODY, server.max_query_body_bytes))
+                   Body(REINDEX_BODY, server.max_query_body_bytes),
+                   Body(PARTITION_BODY, server.max_query_body_bytes))
 
 
 class BodyParser:

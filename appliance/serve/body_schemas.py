@@ -49,6 +49,13 @@ REINDEX_BODY = Spec("object", fields={
                    "(no text encoded again); takes no language.", default=False),
 })
 
+PARTITION_BODY = Spec("object", fields={
+    "tenant": Spec("string", "Tenant the partition belongs to.", required=True, pattern=NAME_PATTERN),
+    "dense_weight": Spec("any", 'The vector list\'s weight in the partition\'s hybrid fusion (BM25\'s is 1): a number '
+                         'from 0 to 10, or "default" for its language\'s (retrieve.dense_weight, dense_weight_zh).',
+                         required=True),
+})
+
 
 def search_body(settings: Settings) -> Spec:
     return Spec("object", fields={

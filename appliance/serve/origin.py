@@ -3,7 +3,7 @@
 Without API keys any client is any tenant, so a browser must not become a client: a page on another site can send
 a "simple" cross-site POST (text/plain or a form, no CORS preflight) that would ingest or delete documents, and
 with DNS rebinding (its own name resolving to 127.0.0.1) it can read every answer, since the browser then treats
-the server as the page's own origin. Refused here before any body is read: a POST to a JSON route without
+the server as the page's own origin. Refused here before any body is read: a POST (or PATCH) to a JSON route without
 `Content-Type: application/json` (415), a Host that is neither loopback, nor `server.host`, nor listed in
 `server.allowed_hosts`, and an `Origin` whose host is not one of those (403). Clients that are not browsers
 (curl, the openai client) send a matching Host and no Origin, and are unaffected. POST /v1/files takes
@@ -25,6 +25,7 @@ from ..config import ServerSettings
 from .errors import ApiError
 
 _WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})  # a bind address that is every interface names no host
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 class HostPolicy:
@@ -59,15 +60,15 @@ def _is_loopback_ip(name: str) -> bool:
 
 
 class OriginCheck:
-    """ASGI middleware: Host and Origin on every HTTP request, Content-Type on the POST routes in `routes` (each
-    takes a JSON body). `on_reject(reason, endpoint)` counts refusals as admission's are counted."""
+    """ASGI middleware: Host and Origin on every HTTP request, Content-Type on the POST and PATCH routes in `routes`
+    (each takes a JSON body). `on_reject(reason, endpoint)` counts refusals as admission's are counted."""
 
     def __init__(self, app: ASGIApp, policy: HostPolicy, routes: Sequence[BaseRoute],
                  on_reject: Callable[[str, str], None], body_types: Mapping[str, str] | None = None):
         self.app, self.policy, self.on_reject = app, policy, on_reject
         types = body_types or {}
-        self.post_routes = [(r, types.get(r.name, "application/json")) for r in routes
-                            if isinstance(r, Route) and "POST" in (r.methods or ())]
+        self.body_routes = [(r, types.get(r.name, "application/json")) for r in routes
+                            if isinstance(r, Route) and _BODY_METHODS & set(r.methods or ())]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -91,7 +92,7 @@ class OriginCheck:
         origin = headers.get("origin")
         if origin is not None and not self.policy.allows(_origin_host(origin)):
             return ApiError.forbidden(f"requests from web pages at {origin[:100]!r} are refused", "Origin")
-        expected = self._body_type(scope) if scope["method"] == "POST" else None
+        expected = self._body_type(scope) if scope["method"] in _BODY_METHODS else None
         if expected is not None:
             given = headers.get("content-type", "")
             if given.split(";", 1)[0].strip().lower() != expected:
@@ -99,7 +100,8 @@ class OriginCheck:
         return None
 
     def _body_type(self, scope: Scope) -> str | None:
-        return next((kind for route, kind in self.post_routes if route.matches(scope)[0] is Match.FULL), None)
+        # FULL: the path and this method (a path's GET shares the route and takes no body)
+        return next((kind for route, kind in self.body_routes if route.matches(scope)[0] is Match.FULL), None)
 
 
 def _origin_host(origin: str) -> str:

@@ -55,6 +55,22 @@ class ReindexBody:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionSettingsBody:
+    tenant: str
+    dense_weight: float | None  # None: back to the partition's language's
+
+    @classmethod
+    def parse(cls, body: dict[str, Any]) -> "PartitionSettingsBody":
+        weight = body["dense_weight"]
+        if weight == "default":
+            return cls(body["tenant"], None)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 10:
+            raise ApiError.invalid('must be a number from 0 to 10, or "default" (the weight of the partition\'s '
+                                   "language)", "dense_weight")
+        return cls(body["tenant"], float(weight))
+
+
+@dataclass(frozen=True, slots=True)
 class SearchBody:
     query: str
     where: PartitionFilter

@@ -71,7 +71,8 @@ def failed_json(f: Failed) -> dict[str, Any]:
 
 def partition_json(p: PartitionInfo) -> dict[str, Any]:
     out = {"tenant": p.tenant, "name": p.name, "kind": p.kind, "version": p.version,
-           "indexed_version": p.indexed_version, "chunks": p.chunks, "language": p.language, "encoder": p.encoder}
+           "indexed_version": p.indexed_version, "chunks": p.chunks, "language": p.language, "encoder": p.encoder,
+           "dense_weight": p.dense_weight}
     if p.documents is not None:
         out.update(documents=p.documents, index_bytes=p.index_bytes)
     return out

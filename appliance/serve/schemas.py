@@ -5,8 +5,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
-from .body_schemas import (DOCUMENT_ID, ID_PATTERN, LANGUAGE_CHOICES, LANGUAGE_HELP, REINDEX_BODY, SYNC_BODY,
-                           ask_body, chat_body, ingest_body, search_body)
+from .body_schemas import (DOCUMENT_ID, ID_PATTERN, LANGUAGE_CHOICES, LANGUAGE_HELP, PARTITION_BODY, REINDEX_BODY,
+                           SYNC_BODY, ask_body, chat_body, ingest_body, search_body)
 from .validation import NAME_PATTERN, Spec
 
 
@@ -142,6 +142,12 @@ def _partition_operations() -> list[Operation]:
         "error": {"type": "string", "nullable": True}}}
     return [
         Operation("get", "/v1/partitions", "A tenant's partitions", "Partitions", params=(_TENANT,)),
+        Operation("get", "/v1/partitions/{name}", "One partition: language, encoder, versions, documents, index size "
+                  "and its own dense weight (null: its language's)", "The partition", params=(name, _TENANT),
+                  errors=(404,)),
+        Operation("patch", "/v1/partitions/{name}", "A partition's settings: its own weight of the vector list in "
+                  "hybrid fusion (the next search uses it; answers cached with the old weight are not served)",
+                  "The partition", body=PARTITION_BODY, params=(name,), errors=(404, 409)),
         Operation("post", "/v1/partitions/{name}/reindex", "Re-index a partition in the background: another "
                   "language (and its encoder), the same one again, or its token vectors re-coded; queued, one at a "
                   "time on a box, tenants taking turns", "Queued or started (Location: where to ask how it "

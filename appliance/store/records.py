@@ -15,6 +15,7 @@ class Partition:
     min_time: float | None
     max_time: float | None
     language: str = "auto"  # en, zh or multi: picks its encoder; auto until its first documents decide it
+    dense_weight: float | None = None  # the vector list's weight in its hybrid fusion; None: its language's default
 
 
 @dataclass(slots=True, frozen=True)

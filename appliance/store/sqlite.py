@@ -68,6 +68,12 @@ class Store:
             self._writer.execute("UPDATE partitions SET language = ?, updated_at = ? WHERE id = ?",
                                  (language, time.time(), partition_id))
 
+    def set_dense_weight(self, partition_id: int, weight: float | None) -> None:
+        """The vector list's weight in the partition's hybrid fusion (None: its language's default)."""
+        with self._write_lock:
+            self._writer.execute("UPDATE partitions SET dense_weight = ?, updated_at = ? WHERE id = ?",
+                                 (weight, time.time(), partition_id))
+
     def advance_version(self, partition_id: int) -> int:
         """A new version of the partition with the same documents (its encoder or language changed: what was
         retrieved, and the answers cached on it, differ); returns it."""

@@ -10,7 +10,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ...file_ingest import FileInput
-from ...library import KindConflict, LanguageConflict, QuotaExceeded
+from ...library import KindConflict, LanguageConflict
+from ...quotas import QuotaExceeded
 from ...parse import MEDIA_TYPES, Format, ParseErrorCode
 from ..edge import NAME, copies_json, edge, name_param, require_ready, tenant_of, tenant_param
 from ..errors import ApiError

@@ -1,4 +1,5 @@
-"""GET /v1/partitions, and a partition's re-index: POST queues one (run in the background), GET says where it stands."""
+"""GET /v1/partitions; one partition: GET it, PATCH its settings (its own dense weight); its re-index: POST queues one
+(run in the background), GET says where it stands."""
 from __future__ import annotations
 
 import asyncio
@@ -10,7 +11,7 @@ from starlette.routing import Route
 from ...reindexing import ReindexPending, ReindexQueueFull
 from ..edge import NAME, edge, read_body, require_ready, tenant_param
 from ..errors import ApiError
-from ..requests import ReindexBody
+from ..requests import PartitionSettingsBody, ReindexBody
 from ..responses import partition_json, reindex_json
 from ..validation import validate
 
@@ -19,6 +20,38 @@ async def partitions(request: Request) -> JSONResponse:
     library = require_ready(request).library
     details = await asyncio.to_thread(library.partition_details, tenant_param(request))  # store and disk reads
     return JSONResponse({"partitions": [partition_json(p) for p in details]})
+
+
+async def partition_state(request: Request) -> JSONResponse:
+    library = require_ready(request).library
+    name = validate(request.path_params["name"], NAME, "name")
+    tenant = tenant_param(request)
+    details = await asyncio.to_thread(library.partition_details, tenant)  # store and disk reads
+    found = next((p for p in details if p.name == name), None)
+    if found is None:
+        raise ApiError.not_found(f"no partition {name!r} for tenant {tenant!r}", "name")
+    return JSONResponse(partition_json(found))
+
+
+async def update_partition(request: Request) -> JSONResponse:
+    services = require_ready(request)
+    name = validate(request.path_params["name"], NAME, "name")
+    body = PartitionSettingsBody.parse(await read_body(request, edge(request).bodies.partition))
+    if services.cluster is not None:
+        # each box keeps its own store: a setting made on the box the balancer picked would rank the tenant's
+        # copies differently
+        raise ApiError.conflict("site_setting", "on a site of several boxes, set it on each box in turn with its "
+                                "server stopped (`appliance partition --dense-weight`)")
+    try:
+        info = await services.library.set_dense_weight(body.tenant, name, body.dense_weight)
+    except LookupError as exc:
+        raise ApiError.not_found(str(exc), "name") from None
+    return JSONResponse(partition_json(info))
+
+
+async def one_partition(request: Request) -> JSONResponse:
+    # one route per path, so that a 405 lists every method the path has (Allow)
+    return await (update_partition(request) if request.method == "PATCH" else partition_state(request))
 
 
 async def start_reindex(request: Request) -> JSONResponse:
@@ -62,5 +95,6 @@ async def reindex(request: Request) -> JSONResponse:
 
 routes = [
     Route("/v1/partitions", partitions, methods=["GET"], name="partitions"),
+    Route("/v1/partitions/{name}", one_partition, methods=["GET", "PATCH"], name="partitions"),
     Route("/v1/partitions/{name}/reindex", reindex, methods=["GET", "POST"], name="partitions"),
 ]

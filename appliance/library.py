@@ -197,12 +197,12 @@ class Library:
     async def set_dense_weight(self, tenant: str, partition: str, weight: float | None) -> PartitionInfo:
         """Give the partition its own weight of the vector list in hybrid fusion (None: back to its language's);
         the next search uses it. Raises LookupError where the tenant has no such partition."""
-        record = await asyncio.to_thread(self.store.get_partition, tenant, partition)
-        if record is None or record.id not in self._indexers:
-            raise LookupError(f"no partition {partition!r} for tenant {tenant!r}")
-        await asyncio.to_thread(self.store.set_dense_weight, record.id, weight)
-        indexer = self._indexers[record.id]
-        indexer.partition = await asyncio.to_thread(self.store.partition_by_id, record.id)
+        async with self._admit_lock:  # the record read back is the newest: no write refreshes it meanwhile
+            record = await asyncio.to_thread(self.store.get_partition, tenant, partition)
+            if record is None or record.id not in self._indexers:
+                raise LookupError(f"no partition {partition!r} for tenant {tenant!r}")
+            await asyncio.to_thread(self.store.set_dense_weight, record.id, weight)
+            indexer = self._refresh_record(record.id)
         return next(info for info, i in self._infos(tenant) if i is indexer)
 
     def _admit(self, tenant: str, name: str, kind: str | None, language: str | None,
@@ -292,11 +292,13 @@ class Library:
                             indexer))
         return out
 
-    def partition_details(self, tenant: str | None = None) -> list[PartitionInfo]:
-        """`partitions` with each one's documents and index size on disk (store and disk reads: call from a
-        worker thread; an ingest may add a partition meanwhile, so the indexers are copied first)."""
+    def partition_details(self, tenant: str | None = None, name: str | None = None) -> list[PartitionInfo]:
+        """`partitions` (or the one named) with each one's documents and index size on disk (store and disk reads:
+        call from a worker thread; an ingest may add a partition meanwhile, so the indexers are copied first)."""
         out = []
         for info, indexer in self._infos(tenant):
+            if name is not None and info.name != name:
+                continue
             snapshot = indexer.snapshot
             out.append(replace(info, documents=self.store.count_documents(indexer.partition.id),
                                index_bytes=snapshot.disk_bytes()[0] if snapshot is not None else 0))
@@ -320,13 +322,14 @@ class Library:
                 if (snapshot := self._indexers[p.id].snapshot) is not None]
 
     def versions(self, where: PartitionFilter) -> dict[str, int]:
-        """The partitions a request would search and their index versions, and each one's own dense weight in
-        millionths under `name#dense_weight` (no partition name holds a #): what a cached answer depends on."""
+        """The partitions a request would search and their index versions, and the version of each one's own
+        settings under `name#settings` once they have changed (no partition name holds a #): what a cached answer
+        depends on. Both only go up, so an answer computed under newer ones than it is stored with is never found."""
         versions = {}
         for p in self._select(where):
             versions[p.name] = self._indexers[p.id].indexed_version
-            if p.dense_weight is not None:
-                versions[f"{p.name}#dense_weight"] = round(p.dense_weight * 1_000_000)
+            if p.settings_version:
+                versions[f"{p.name}#settings"] = p.settings_version
         return versions
 
     def snapshot(self, tenant: str, name: str) -> PartitionSnapshot | None:

@@ -2,8 +2,8 @@
 
 A re-index encodes every chunk of a partition again (minutes for a big one), so a request queues it and returns,
 and the client asks for its state. One runs at a time, because two would share the same cores and both end later;
-the next is the oldest queued one of the tenant served least recently, so a tenant that queues many cannot keep
-the others waiting (each tenant's share of the queue is bounded too). Searches read the partition's previous
+the next is the oldest queued one of the tenant served least recently (`Turns`), so a tenant that queues many
+cannot keep the others waiting (each tenant's share of the queue is bounded too). Searches read the partition's previous
 version until the new one is swapped in. A server that stops meanwhile loses nothing: a new language is in the
 store before the build starts, so the next boot finds an index built by another encoder or for another language
 and builds it again (a re-index in the same language, or one still queued, is simply not done).
@@ -61,6 +61,39 @@ class ReindexQueueFull(RuntimeError):
     """The tenant's share of the queue, or the whole queue, is full."""
 
 
+class ReindexerClosed(RuntimeError):
+    """The server is stopping: nothing more starts."""
+
+
+class Turns:
+    """Whose queued re-index starts next: the tenant served least recently. A tenant that joins the queue counts as
+    served just before the current turn, so it goes behind those waiting already but before the one whose job is
+    running; a tenant that comes and goes can never overtake one that has been waiting (a tenant new to the
+    queue is not "never served", or two taking turns could keep a third waiting for ever)."""
+
+    def __init__(self) -> None:
+        self._turn = 0
+        self._last: dict[str, float] = {}  # tenants with a job queued or running: when they were last served
+
+    def join(self, tenant: str) -> None:
+        self._last.setdefault(tenant, self._turn - 0.5)
+
+    def pick(self, queued: list[ReindexJob]) -> ReindexJob:
+        """The oldest queued job of the tenant served least recently."""
+        return min(queued, key=lambda j: self._last[j.tenant])  # min keeps the first of equals: the oldest
+
+    def started(self, job: ReindexJob, still_queued: list[ReindexJob]) -> None:
+        self._turn += 1
+        waiting = {j.tenant for j in still_queued}
+        self._last = {t: n for t, n in self._last.items() if t in waiting}  # bounded by the queue
+        self._last[job.tenant] = self._turn
+
+    def copy(self) -> "Turns":
+        other = Turns()
+        other._turn, other._last = self._turn, dict(self._last)
+        return other
+
+
 class Reindexer:
     def __init__(self, library: Library, per_tenant: int, queued: int, keep: int = KEEP_JOBS):
         self._library, self._per_tenant, self._max_queued, self._keep = library, per_tenant, queued, keep
@@ -68,15 +101,16 @@ class Reindexer:
         self._queued: list[ReindexJob] = []  # in the order asked
         self._running: ReindexJob | None = None
         self._task: asyncio.Task | None = None
-        self._turn = 0
-        self._last_turn: dict[str, int] = {}  # when each tenant with a queued or running job last had a start
+        self._turns = Turns()
         self._closed = False
 
     def start(self, tenant: str, partition: str, language: str | None = None,
               tokens_only: bool = False) -> ReindexJob:
         """Queue a re-index of the partition (it starts at once when none is running); raises ValueError (arguments
         that cannot go together or a language that is none), LookupError (no such partition of that tenant),
-        ReindexPending or ReindexQueueFull."""
+        ReindexPending, ReindexQueueFull or ReindexerClosed."""
+        if self._closed:
+            raise ReindexerClosed("the server is stopping")
         check_reindex(language, tokens_only)
         if not any(p.name == partition for p in self._library.partitions(tenant)):
             raise LookupError(f"no partition {partition!r} for tenant {tenant!r}")
@@ -90,6 +124,7 @@ class Reindexer:
         if len(self._queued) >= self._max_queued:
             raise ReindexQueueFull(f"{len(self._queued)} re-indexes are queued on this box, its most")
         job = ReindexJob(tenant, partition, language, tokens_only, time.time())
+        self._turns.join(tenant)
         self._queued.append(job)
         self._record(job)
         self._start_next()
@@ -103,27 +138,23 @@ class Reindexer:
         """How many re-indexes end before this queued one starts (the running one included), turns as they stand."""
         if job.state is not JobState.QUEUED:
             return 0
-        queued, last_turn, turn = list(self._queued), dict(self._last_turn), self._turn
+        queued, turns = list(self._queued), self._turns.copy()
         count = int(self._running is not None)
         while queued:
-            picked = _pick(queued, last_turn)
+            picked = turns.pick(queued)
             if (picked.tenant, picked.partition) == (job.tenant, job.partition):
                 return count
             queued.remove(picked)
-            turn += 1
-            last_turn[picked.tenant] = turn
+            turns.started(picked, queued)
             count += 1
         return count
 
     def _start_next(self) -> None:
         if self._closed or self._running is not None or not self._queued:
             return
-        job = _pick(self._queued, self._last_turn)
+        job = self._turns.pick(self._queued)
         self._queued.remove(job)
-        self._turn += 1
-        waiting = {j.tenant for j in self._queued}
-        self._last_turn = {t: n for t, n in self._last_turn.items() if t in waiting}  # bounded by the queue
-        self._last_turn[job.tenant] = self._turn
+        self._turns.started(job, self._queued)
         job = replace(job, state=JobState.RUNNING, started_at=time.time())
         self._record(job)
         self._running = job
@@ -173,7 +204,3 @@ class Reindexer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
 
-
-def _pick(queued: list[ReindexJob], last_turn: dict[str, int]) -> ReindexJob:
-    """The oldest queued job of the tenant whose last start is the oldest (never: first)."""
-    return min(queued, key=lambda j: last_turn.get(j.tenant, -1))  # min keeps the first of equals: the oldest

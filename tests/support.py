@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import threading
 import time
@@ -136,3 +137,19 @@ def observe_boot(live: LiveServer, timeout: float = 900) -> dict:
             pass
         time.sleep(0.5)
     raise TimeoutError("server did not become ready")
+
+
+def partition_route_refusals(suffix: str, valid: dict) -> list[tuple[str, bytes, int, str | None]]:
+    """(path, body, status, field at fault) that a JSON route on /v1/partitions/{name}{suffix} refuses for tenant
+    alpha, who owns `papers` (beta owns `notes`): unreadable bodies, another or a malformed tenant, an oversized
+    body, and a partition that is unknown, another tenant's, or badly named. `valid`: a body the route accepts."""
+    path = f"/v1/partitions/papers{suffix}"
+
+    def body(**extra) -> bytes:
+        return json.dumps(valid | extra).encode()
+
+    return [(path, b"{", 400, None), (path, b"\xff\xfe", 400, None), (path, b"", 400, None), (path, b"[]", 422, "body"),
+            (path, body(tenant="beta"), 403, "tenant"), (path, body(tenant="../x"), 422, "tenant"),
+            (path, body(x="y" * 70_000), 413, None), (f"/v1/partitions/nope{suffix}", body(), 404, "name"),
+            (f"/v1/partitions/notes{suffix}", body(), 404, "name"),  # beta's: alpha's key sees no such partition
+            (f"/v1/partitions/bad%20name{suffix}", body(), 422, "name")]

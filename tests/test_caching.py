@@ -62,6 +62,25 @@ def test_an_ingest_into_the_partition_invalidates_its_answers(llm_served):
     assert ask(live, "What does the HTTP API return for a search ?")["cache"] == "exact"
 
 
+def test_a_new_fusion_weight_for_the_partition_retires_its_answers(llm_served):
+    live, _ = llm_served
+    question = "What does the library keep in step with the store?"
+    assert ask(live, question)["cache"] == "none"
+    assert ask(live, question)["cache"] == "exact"
+    try:
+        with live.client() as c:
+            assert c.patch("/v1/partitions/demo", json={"dense_weight": 2}).status_code == 200
+        assert ask(live, question)["cache"] == "none", "retrieved under another weight: the cached answer may differ"
+        assert ask(live, question)["cache"] == "exact"
+    finally:
+        with live.client() as c:
+            back = c.patch("/v1/partitions/demo", json={"dense_weight": "default"})
+    assert back.status_code == 200 and back.json()["dense_weight"] is None
+    # the same weight as at first, but the settings moved on: what was cached meanwhile may have been ranked under
+    # either (a change between a request's cache key and its search), so none of it is served
+    assert ask(live, question)["cache"] == "none"
+
+
 def test_concurrent_identical_misses_compute_once(llm_served):
     live, _ = llm_served
     question = "Which stage re-scores the best candidates with token-level similarity?"  # the demo corpus says

@@ -60,7 +60,8 @@ class HybridSearcher:
                      mode: str = "hybrid", dense_weight: float | None = None,
                      chars: CharLate | None = None) -> list[Hit]:
         """`mode`: "hybrid" (both lists fused), or "bm25" / "dense" alone (for evaluation and debugging);
-        `dense_weight`: the vector list's weight in the fusion (None: `retrieve.dense_weight`); `chars`: the
+        `dense_weight`: the vector list's weight in the fusion (None: `retrieve.dense_weight`), for each target
+        that has none of its own (a partition's own weights its chunks in the same fusion); `chars`: the
         character late interaction of targets without token vectors. The targets share one encoder: their
         cosines are merged by score."""
         if not targets:
@@ -75,7 +76,9 @@ class HybridSearcher:
 
         started = time.perf_counter()
         dense_weight = self.params.dense_weight if dense_weight is None else dense_weight
-        lists = [(ranked, weight) for ranked, weight in ((bm25_list, 1.0), (ann_list, dense_weight)) if ranked]
+        own = [dense_weight if t.dense_weight is None else t.dense_weight for t in targets]  # by target number
+        ann_weight = dense_weight if all(w == dense_weight for w in own) else (lambda key: own[key[0]])
+        lists = [(ranked, weight) for ranked, weight in ((bm25_list, 1.0), (ann_list, ann_weight)) if ranked]
         fused = rrf([ranked for ranked, _ in lists], self.params.rrf_k, [weight for _, weight in lists])
         bm25_rank = {key: rank for rank, key in enumerate(bm25_list, 1)}
         ann_rank = {key: rank for rank, key in enumerate(ann_list, 1)}

@@ -1,5 +1,5 @@
-"""Searches over partitions of several languages (and so encoders): one group per encoder, language and dense weight
-(a partition may have its own), each searched as a partition set of its own, their lists fused by rank.
+"""Searches over partitions of several languages (and so encoders): one group per encoder and language, each
+searched as a partition set of its own, their lists fused by rank.
 
 Cosine similarities of two encoders live on unrelated scales, and BM25 over English stems and over jieba words
 nearly so, so the groups' lists are fused by rank (weighted RRF), never by score. A group whose language is not
@@ -21,17 +21,14 @@ class TargetGroup:
     encoder: str
     language: str
     targets: list[Target]
-    dense_weight: float | None = None  # the partitions' own (None: the language's)
 
 
 def group_targets(targets: list[Target]) -> list[TargetGroup]:
-    """Targets by (encoder of their current version, partition language, own dense weight), in the order first
-    seen."""
-    groups: dict[tuple[str, str, float | None], list[Target]] = {}
+    """Targets by (encoder of their current version, partition language), in the order first seen."""
+    groups: dict[tuple[str, str], list[Target]] = {}
     for target in targets:
-        groups.setdefault((target.snapshot.encoder, target.language, target.dense_weight), []).append(target)
-    return [TargetGroup(encoder, language, members, weight)
-            for (encoder, language, weight), members in groups.items()]
+        groups.setdefault((target.snapshot.encoder, target.language), []).append(target)
+    return [TargetGroup(encoder, language, members) for (encoder, language), members in groups.items()]
 
 
 def language_weight(group_language: str, question_language: str, other_weight: float) -> float:

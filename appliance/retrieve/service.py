@@ -110,7 +110,7 @@ class Retriever:
 
 class _GroupSearch:
     """One search's groups of partitions: the query encoded once per encoder (all of a stage's encoders at once,
-    with the BM25 terms), then each group searched with its partitions' dense weight (or their language's)."""
+    with the BM25 terms), then each group searched with its language's dense weight (a partition's own wins)."""
 
     def __init__(self, searcher: HybridSearcher, tokenizer: BM25Tokenizer, encode, chars: dict[str, CharVectors],
                  query: str, tenant: str, k: int, late: bool | None, mode: str, timings: Timings):
@@ -128,9 +128,7 @@ class _GroupSearch:
         for group in groups:
             encoded = self.vectors[group.encoder]
             chinese = group.language == "zh"
-            weight = group.dense_weight
-            if weight is None:
-                weight = params.dense_weight_zh if chinese else params.dense_weight
+            weight = params.dense_weight_zh if chinese else params.dense_weight
             chars = self.chars.get(group.encoder) if chinese else None
             searches.append(self.searcher.search(
                 group.targets, encoded.dense, encoded.tokens, self.terms or [], self.k, self.timings,

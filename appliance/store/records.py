@@ -16,6 +16,7 @@ class Partition:
     max_time: float | None
     language: str = "auto"  # en, zh or multi: picks its encoder; auto until its first documents decide it
     dense_weight: float | None = None  # the vector list's weight in its hybrid fusion; None: its language's default
+    settings_version: int = 0  # goes up with each change of its own settings (answers cached under others differ)
 
 
 @dataclass(slots=True, frozen=True)

@@ -17,6 +17,7 @@ CREATE TABLE IF NOT EXISTS partitions (
     max_time REAL,
     language TEXT NOT NULL DEFAULT 'auto',  -- en, zh, multi (its encoder); auto: decided by its first documents
     dense_weight REAL,  -- the vector list's weight in hybrid fusion; NULL: its language's (retrieve settings)
+    settings_version INTEGER NOT NULL DEFAULT 0,  -- up by one with each change of its own settings
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     UNIQUE (tenant, name)
@@ -84,6 +85,7 @@ _ADDED_COLUMNS = [
         ("file_pages", "INTEGER"), ("parser_version", "INTEGER"))),
     ("journal", "origin", "TEXT", None),
     ("partitions", "dense_weight", "REAL", None),
+    ("partitions", "settings_version", "INTEGER NOT NULL DEFAULT 0", None),
     *(("chunks", name, kind, None) for name, kind in (("page", "INTEGER"), ("page_end", "INTEGER"),
                                                        ("section", "TEXT"))),
 ]
@@ -131,7 +133,7 @@ def partition_of(row: sqlite3.Row) -> Partition:
     return Partition(
         id=row["id"], tenant=row["tenant"], name=row["name"], kind=row["kind"], version=row["version"],
         min_time=row["min_time"], max_time=row["max_time"], language=row["language"],
-        dense_weight=row["dense_weight"],
+        dense_weight=row["dense_weight"], settings_version=row["settings_version"],
     )
 
 

@@ -69,10 +69,11 @@ class Store:
                                  (language, time.time(), partition_id))
 
     def set_dense_weight(self, partition_id: int, weight: float | None) -> None:
-        """The vector list's weight in the partition's hybrid fusion (None: its language's default)."""
+        """The vector list's weight in the partition's hybrid fusion (None: its language's default); its settings
+        version goes up."""
         with self._write_lock:
-            self._writer.execute("UPDATE partitions SET dense_weight = ?, updated_at = ? WHERE id = ?",
-                                 (weight, time.time(), partition_id))
+            self._writer.execute("UPDATE partitions SET dense_weight = ?, settings_version = settings_version + 1,"
+                                 " updated_at = ? WHERE id = ?", (weight, time.time(), partition_id))
 
     def advance_version(self, partition_id: int) -> int:
         """A new version of the partition with the same documents (its encoder or language changed: what was

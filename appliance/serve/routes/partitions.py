@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ...reindexing import ReindexPending, ReindexQueueFull
+from ...reindexing import ReindexerClosed, ReindexPending, ReindexQueueFull
 from ..edge import NAME, edge, read_body, require_ready, tenant_param
 from ..errors import ApiError
 from ..requests import PartitionSettingsBody, ReindexBody
 from ..responses import partition_json, reindex_json
 from ..validation import validate
+
+if TYPE_CHECKING:
+    from ...wiring import Services
 
 
 async def partitions(request: Request) -> JSONResponse:
@@ -26,8 +30,7 @@ async def partition_state(request: Request) -> JSONResponse:
     library = require_ready(request).library
     name = validate(request.path_params["name"], NAME, "name")
     tenant = tenant_param(request)
-    details = await asyncio.to_thread(library.partition_details, tenant)  # store and disk reads
-    found = next((p for p in details if p.name == name), None)
+    found = next(iter(await asyncio.to_thread(library.partition_details, tenant, name)), None)  # store and disk reads
     if found is None:
         raise ApiError.not_found(f"no partition {name!r} for tenant {tenant!r}", "name")
     return JSONResponse(partition_json(found))
@@ -37,11 +40,8 @@ async def update_partition(request: Request) -> JSONResponse:
     services = require_ready(request)
     name = validate(request.path_params["name"], NAME, "name")
     body = PartitionSettingsBody.parse(await read_body(request, edge(request).bodies.partition))
-    if services.cluster is not None:
-        # each box keeps its own store: a setting made on the box the balancer picked would rank the tenant's
-        # copies differently
-        raise ApiError.conflict("site_setting", "on a site of several boxes, set it on each box in turn with its "
-                                "server stopped (`appliance partition --dense-weight`)")
+    _one_box_only(services, "site_setting", "set it on each box in turn with its server stopped (`appliance "
+                  "partition --dense-weight`)")
     try:
         info = await services.library.set_dense_weight(body.tenant, name, body.dense_weight)
     except LookupError as exc:
@@ -58,11 +58,8 @@ async def start_reindex(request: Request) -> JSONResponse:
     services = require_ready(request)
     name = validate(request.path_params["name"], NAME, "name")
     body = ReindexBody.parse(await read_body(request, edge(request).bodies.reindex))
-    if services.cluster is not None:
-        # each box indexes its own copy: one box re-indexed over HTTP would search in another language than its peer
-        raise ApiError.conflict("site_reindex", "on a site of several boxes, re-index each box in turn with its "
-                                "server stopped (`appliance reindex`): the balancer sends its tenants to the other "
-                                "box meanwhile")
+    _one_box_only(services, "site_reindex", "re-index each box in turn with its server stopped (`appliance "
+                  "reindex`): the balancer sends its tenants to the other box meanwhile")
     reindexer = services.reindexer
     try:
         job = reindexer.start(body.tenant, name, body.language, body.tokens_only)
@@ -73,6 +70,8 @@ async def start_reindex(request: Request) -> JSONResponse:
                                 headers={"Location": request.url.path}) from None
     except ReindexQueueFull as exc:
         raise ApiError.too_many("reindex_queue_full", f"{exc}: try again once one has ended") from None
+    except ReindexerClosed as exc:
+        raise ApiError.unavailable("stopping", str(exc)) from None
     return JSONResponse(reindex_json(job, reindexer.ahead(job)), status_code=202,
                         headers={"Location": request.url.path})
 
@@ -91,6 +90,13 @@ async def reindex_state(request: Request) -> JSONResponse:
 async def reindex(request: Request) -> JSONResponse:
     # one route per path, so that a 405 lists every method the path has (Allow)
     return await (start_reindex(request) if request.method == "POST" else reindex_state(request))
+
+
+def _one_box_only(services: Services, code: str, instead: str) -> None:
+    """Each box of a site keeps its own store and indexes: a change made over HTTP reaches the one box the balancer
+    picked, and the tenant's copies would then search differently (another language, another weight)."""
+    if services.cluster is not None:
+        raise ApiError.conflict(code, f"on a site of several boxes, {instead}")
 
 
 routes = [

@@ -1,6 +1,7 @@
 """`appliance eval ...`: retrieval quality on a BEIR folder, router decisions, semantic cache hits on pairs."""
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
@@ -16,6 +17,9 @@ def add_eval_commands(commands) -> None:
     retrieval.add_argument("--split", default="test")
     retrieval.add_argument("--mode", choices=["hybrid", "bm25", "dense"], default="hybrid")
     retrieval.add_argument("--late-interaction", choices=["on", "off", "config"], default="config")
+    retrieval.add_argument("--dense-weights", type=_weights, default=(), metavar="W,W,...",
+                           help="also score with the partition given each of these weights of its own (0 to 10): "
+                           "what to set a partition's dense_weight to")
     retrieval.add_argument("--json", action="store_true")
     retrieval.set_defaults(run=_eval_retrieval)
     router = evaluate.add_parser("router", help="share of simple questions routed small, complex routed large")
@@ -47,13 +51,24 @@ def add_eval_commands(commands) -> None:
     cache.set_defaults(run=_eval_cache)
 
 
+def _weights(text: str) -> tuple[float, ...]:
+    try:
+        weights = tuple(float(w) for w in text.split(","))
+    except ValueError:
+        weights = (-1.0,)
+    if not weights or not all(0 <= w <= 10 for w in weights):
+        raise argparse.ArgumentTypeError("comma-separated numbers from 0 to 10")
+    return weights
+
+
 def _eval_retrieval(settings: Settings, args) -> None:
     from .evaluate import evaluate_retrieval
 
     late = {"on": True, "off": False, "config": None}[args.late_interaction]
     progress = None if args.json else (lambda done, total: print(f"\ringested {done}/{total}", end="",
                                                                      file=sys.stderr, flush=True))
-    report = asyncio.run(evaluate_retrieval(settings, args.data, args.split, args.mode, late, progress))
+    report = asyncio.run(evaluate_retrieval(settings, args.data, args.split, args.mode, late, progress,
+                                            args.dense_weights))
     if args.json:
         print(json.dumps(report))
     else:

@@ -109,10 +109,13 @@ async def score_queries(retriever: Retriever, data: BeirData, mode: str = "hybri
 
 
 async def evaluate_retrieval(settings: Settings, folder: Path, split: str = "test", mode: str = "hybrid",
-                             late_interaction: bool | None = None, progress=None) -> dict[str, float]:
+                             late_interaction: bool | None = None, progress=None,
+                             dense_weights: tuple[float, ...] = ()) -> dict:
     """Ingest the folder's corpus into a fresh temporary store, then score its judged queries. A folder with
     `files/` is ingested through the parsers (a file's stem is its document id; `corpus.jsonl` is then only the
-    reference text); the report then says how many files failed to parse."""
+    reference text); the report then says how many files failed to parse. `dense_weights`: also score the queries
+    with the partition given each of these weights of its own (what to set a partition's to: PATCH
+    /v1/partitions/{name}), under `by_dense_weight`."""
     data = load_beir(folder, split)
     files = sorted(p for p in (Path(folder) / "files").glob("*") if p.is_file())
     with tempfile.TemporaryDirectory(prefix="appliance-eval-") as tmp:
@@ -129,7 +132,21 @@ async def evaluate_retrieval(settings: Settings, folder: Path, split: str = "tes
                           token_codec=snapshot.token_codec if snapshot is not None else "")
             if files:
                 report.update(files=len(files), files_failed=failed)
+            if dense_weights:
+                report["by_dense_weight"] = await _by_dense_weight(services, data, mode, late_interaction,
+                                                                   dense_weights)
             return report
+
+
+async def _by_dense_weight(services, data: BeirData, mode: str, late_interaction: bool | None,
+                           weights: tuple[float, ...]) -> dict[str, dict[str, float]]:
+    out = {}
+    for weight in weights:
+        await services.library.set_dense_weight(EVAL_TENANT, EVAL_PARTITION, weight)
+        scored = await score_queries(services.retriever, data, mode, late_interaction)
+        out[f"{weight:g}"] = {key: scored[key] for key in ("ndcg@10", "recall@100", "mrr@10")}
+    await services.library.set_dense_weight(EVAL_TENANT, EVAL_PARTITION, None)
+    return out
 
 
 async def _ingest_corpus(services, data: BeirData, progress) -> int:

@@ -104,10 +104,17 @@ def test_server_commands_send_the_api_key(tmp_path, models_dir):
 def test_eval_retrieval_prints_the_metrics_as_json(tmp_path, models_dir):
     beir = tmp_path / "beir"
     write_beir(beir, queries=8, distractors=20)
-    done = cli("eval", "retrieval", "--data", str(beir), "--json", data_dir=tmp_path / "state",
-               models_dir=models_dir, port=free_port())
+    done = cli("eval", "retrieval", "--data", str(beir), "--json", "--dense-weights", "0,0.5,10",
+               data_dir=tmp_path / "state", models_dir=models_dir, port=free_port())
+    wrong = cli("eval", "retrieval", "--data", str(beir), "--dense-weights", "0,11", data_dir=tmp_path / "state",
+                models_dir=models_dir, port=free_port())
     assert done.returncode == 0, done.stderr
+    assert wrong.returncode == 2 and "0 to 10" in wrong.stderr
     report = json.loads(done.stdout)
+    # the same queries with the partition given each weight of its own; 0.5 is English's default, so the same
+    by_weight = report["by_dense_weight"]
+    assert list(by_weight) == ["0", "0.5", "10"] and all(0 < w["ndcg@10"] <= 1.0 for w in by_weight.values())
+    assert by_weight["0.5"] == {k: report[k] for k in ("ndcg@10", "recall@100", "mrr@10")}
     assert {"ndcg@10", "recall@100", "mrr@10", "p50_ms", "p99_ms"} <= set(report)
     assert report["queries"] == 8 and 0.5 < report["ndcg@10"] <= 1.0 and report["recall@100"] > 0.9
     assert 0 < report["p50_ms"] <= report["p99_ms"]

@@ -153,3 +153,16 @@ def partition_route_refusals(suffix: str, valid: dict) -> list[tuple[str, bytes,
             (path, body(x="y" * 70_000), 413, None), (f"/v1/partitions/nope{suffix}", body(), 404, "name"),
             (f"/v1/partitions/notes{suffix}", body(), 404, "name"),  # beta's: alpha's key sees no such partition
             (f"/v1/partitions/bad%20name{suffix}", body(), 422, "name")]
+
+
+def assert_refused_unchanged(live: LiveServer, method: str, path: str, body: bytes, status: int, field: str | None,
+                             seen) -> None:
+    """Send `body` as JSON with `live`'s key: it must be refused with `status`, its error naming `field`, and what
+    `seen()` reads of the server must be the same afterwards."""
+    before = seen()
+    with live.client() as c:
+        reply = c.request(method, path, content=body, headers={"content-type": "application/json"})
+    assert reply.status_code == status, reply.text
+    error = reply.json()["error"]
+    assert error.get("field") == field and error["message"], error
+    assert seen() == before, "a refused request changed nothing"

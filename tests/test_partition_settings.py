@@ -15,7 +15,8 @@ from appliance.evaluate import beir_documents
 from appliance.ingest import DocumentInput
 from appliance.retrieve import PartitionFilter
 from appliance.wiring import open_services
-from support import SCIFACT, LiveServer, beir_slice, make_settings, partition_route_refusals, run, write_keys
+from support import (SCIFACT, LiveServer, assert_refused_unchanged, beir_slice, make_settings,
+                     partition_route_refusals, run, write_keys)
 
 PAPERS = beir_slice(SCIFACT, queries=8, distractors=120)
 QUERIES = list(PAPERS.queries.values())
@@ -152,13 +153,7 @@ def test_wrong_partition_settings_are_refused_and_change_nothing(keyed, path, bo
             theirs = c.get("/v1/partitions").json()
         return mine, theirs
 
-    before = seen()
-    with keyed.client() as c:
-        reply = c.patch(path, content=body, headers={"content-type": "application/json"})
-    assert reply.status_code == status, reply.text
-    error = reply.json()["error"]
-    assert error.get("field") == field and error["message"], error
-    assert seen() == before, "nothing changed"
+    assert_refused_unchanged(keyed, "PATCH", path, body, status, field, seen)
 
 
 def test_another_tenants_partition_and_other_methods(keyed):

@@ -15,7 +15,8 @@ from appliance.evaluate import beir_documents
 from appliance.ingest import DocumentInput
 from appliance.reindexing import JobState
 from appliance.wiring import open_services
-from support import CMRC, SCIFACT, LiveServer, beir_slice, make_settings, partition_route_refusals, run, write_keys
+from support import (CMRC, SCIFACT, LiveServer, assert_refused_unchanged, beir_slice, make_settings,
+                     partition_route_refusals, run, write_keys)
 
 PAPERS = beir_slice(SCIFACT, queries=6, distractors=250)  # several hundred chunks: a re-index takes seconds
 
@@ -178,13 +179,7 @@ def test_wrong_reindex_requests_are_refused_and_change_nothing(keyed, path, body
             job = c.get("/v1/partitions/papers/reindex")
         return _listed(keyed, keyed.keys["alpha"]), _listed(keyed, keyed.keys["beta"]), job.status_code, job.text
 
-    before = seen()
-    with keyed.client() as c:
-        reply = c.post(path, content=body, headers={"content-type": "application/json"})
-    assert reply.status_code == status, reply.text
-    error = reply.json()["error"]
-    assert error.get("field") == field and error["message"], error
-    assert seen() == before, "nothing changed and no re-index started"
+    assert_refused_unchanged(keyed, "POST", path, body, status, field, seen)  # and no re-index started
 
 
 def test_the_state_of_another_tenants_or_no_reindex_is_not_found(keyed):

@@ -22,7 +22,7 @@ from typing import Any
 
 from .cli_box import add_box_commands
 from .cli_cluster import add_cluster_commands
-from .cli_eval import add_eval_commands
+from .cli_eval import add_eval_commands, fusion_weight
 from .client import ApplianceClient, ServerError, ServerUnreachable, base_url
 from .config import ConfigError, Settings, load_settings
 
@@ -304,15 +304,7 @@ def _reindex(settings: Settings, args) -> None:
 
 
 def _dense_weight(text: str) -> float | None:
-    if text == "default":
-        return None
-    try:
-        weight = float(text)
-    except ValueError:
-        weight = -1.0
-    if not 0 <= weight <= 10:
-        raise argparse.ArgumentTypeError("a number from 0 to 10, or default")
-    return weight
+    return None if text == "default" else fusion_weight(text)
 
 
 def _partition(settings: Settings, args) -> None:

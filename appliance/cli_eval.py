@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from .config import Settings
+from .config import MAX_FUSION_WEIGHT, Settings
 
 
 def add_eval_commands(commands) -> None:
@@ -51,14 +51,19 @@ def add_eval_commands(commands) -> None:
     cache.set_defaults(run=_eval_cache)
 
 
-def _weights(text: str) -> tuple[float, ...]:
+def fusion_weight(text: str) -> float:
+    """An argument that is a list's weight in RRF (a partition's dense weight)."""
     try:
-        weights = tuple(float(w) for w in text.split(","))
+        weight = float(text)
     except ValueError:
-        weights = (-1.0,)
-    if not weights or not all(0 <= w <= 10 for w in weights):
-        raise argparse.ArgumentTypeError("comma-separated numbers from 0 to 10")
-    return weights
+        weight = -1.0
+    if not 0 <= weight <= MAX_FUSION_WEIGHT:
+        raise argparse.ArgumentTypeError(f"{text!r}: a weight is a number from 0 to {MAX_FUSION_WEIGHT:g}")
+    return weight
+
+
+def _weights(text: str) -> tuple[float, ...]:
+    return tuple(fusion_weight(w) for w in text.split(","))
 
 
 def _eval_retrieval(settings: Settings, args) -> None:

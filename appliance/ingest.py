@@ -105,12 +105,14 @@ class PartitionIndexer:
         """Make the index reflect the store at `version` or later; returns the version now indexed. `recode`: also
         re-code int8 token vectors into the configured codec (a build from the current version: no text is
         encoded again)."""
-        if version is not None and self.indexed_version >= version and not (rebuild or recode
-                                                                            or self.built_otherwise):
+        def covered() -> bool:
+            return (version is not None and self.indexed_version >= version
+                    and not (rebuild or recode or self.built_otherwise))
+
+        if covered():
             return self.indexed_version
         async with self._lock:
-            if version is not None and self.indexed_version >= version and not (rebuild or recode
-                                                                                or self.built_otherwise):
+            if covered():
                 return self.indexed_version  # another caller's build already covered this one
             await self._build(rebuild, recode)
             return self.indexed_version

@@ -12,7 +12,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from appliance.evaluate import beir_documents
-from appliance.ingest import DocumentInput
 from appliance.retrieve import PartitionFilter
 from appliance.wiring import open_services
 from support import (SCIFACT, LiveServer, assert_refused_unchanged, beir_slice, make_settings,
@@ -22,8 +21,8 @@ PAPERS = beir_slice(SCIFACT, queries=8, distractors=120)
 QUERIES = list(PAPERS.queries.values())
 
 
-def _docs() -> list[DocumentInput]:
-    return [DocumentInput(id=d.id, title=d.title, text=d.text) for d in beir_documents(PAPERS.corpus)]
+def _docs():
+    return beir_documents(PAPERS.corpus)
 
 
 def test_a_partitions_own_dense_weight_ranks_its_searches_and_outlives_a_restart(tmp_path, models_dir):

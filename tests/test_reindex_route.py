@@ -12,7 +12,6 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from appliance.evaluate import beir_documents
-from appliance.ingest import DocumentInput
 from appliance.reindexing import JobState
 from appliance.wiring import open_services
 from support import (CMRC, SCIFACT, LiveServer, assert_refused_unchanged, beir_slice, make_settings,
@@ -222,8 +221,7 @@ def test_a_slow_reindex_body_times_out_without_holding_up_others(keyed):
 
 
 def test_a_server_stopped_mid_reindex_finishes_it_at_its_next_boot(tmp_path, models_dir):
-    docs = [DocumentInput(id=d.id, title=d.title, text=d.text)
-            for d in beir_documents(beir_slice(SCIFACT, queries=3, distractors=200).corpus)]
+    docs = beir_documents(beir_slice(SCIFACT, queries=3, distractors=200).corpus)
     settings = make_settings(tmp_path, models_dir)
 
     async def go():
@@ -261,8 +259,7 @@ def test_a_server_stopped_mid_reindex_finishes_it_at_its_next_boot(tmp_path, mod
 def test_a_language_change_stopped_before_its_build_is_built_at_the_next_boot(tmp_path, models_dir):
     """zh and multi share an encoder: a re-index between them stopped after storing the language but before its
     build left the version alone, and the next boot builds the partition for its language all the same."""
-    docs = [DocumentInput(id=d.id, title=d.title, text=d.text)
-            for d in beir_documents(beir_slice(CMRC, queries=3, distractors=20).corpus)]
+    docs = beir_documents(beir_slice(CMRC, queries=3, distractors=20).corpus)
     settings = make_settings(tmp_path, models_dir)
 
     async def go():

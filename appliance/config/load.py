@@ -16,7 +16,7 @@ import typing
 from pathlib import Path
 from typing import Any, Mapping
 
-from .sections import ENGINE_ROLES, ClusterBox, EngineSettings, Settings
+from .sections import ENGINE_ROLES, MAX_FUSION_WEIGHT, ClusterBox, EngineSettings, Settings
 
 ENV_PREFIX = "APPLIANCE_"
 
@@ -200,8 +200,8 @@ def _validate(settings: Settings) -> list[str]:
         if not (_HOST_NAME.fullmatch(host) or _is_ipv6(host)):
             errors.append(f"server.allowed_hosts: {host!r} is not a host name or IP address (no scheme or port)")
     for name in ("dense_weight", "dense_weight_zh", "other_language_weight"):
-        if not 0 <= getattr(settings.retrieve, name) <= 10:
-            errors.append(f"retrieve.{name}: must be between 0 and 10")
+        if not 0 <= getattr(settings.retrieve, name) <= MAX_FUSION_WEIGHT:
+            errors.append(f"retrieve.{name}: must be between 0 and {MAX_FUSION_WEIGHT:g}")
     if not 0 <= settings.retrieve.late_weight_zh <= 1:
         errors.append("retrieve.late_weight_zh: must be from 0 (off) to 1 (MaxSim order alone)")
     if settings.encoder.batch_window_ms < 0:

@@ -126,6 +126,9 @@ class ParseSettings:
     max_pages: int = 5_000
 
 
+MAX_FUSION_WEIGHT = 10.0  # the most a list's weight in RRF may be, in the settings or a partition's own
+
+
 @dataclass(slots=True, frozen=True)
 class RetrieveSettings:
     default_k: int = 10

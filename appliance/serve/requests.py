@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..answer import AskRequest
-from ..config import ServerSettings
+from ..config import MAX_FUSION_WEIGHT, ServerSettings
 from ..ingest import DocumentInput
 from ..retrieve import PartitionFilter
 from ..text import Turn
@@ -64,9 +64,9 @@ class PartitionSettingsBody:
         weight = body["dense_weight"]
         if weight == "default":
             return cls(body["tenant"], None)
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 10:
-            raise ApiError.invalid('must be a number from 0 to 10, or "default" (the weight of the partition\'s '
-                                   "language)", "dense_weight")
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= MAX_FUSION_WEIGHT:
+            raise ApiError.invalid(f'must be a number from 0 to {MAX_FUSION_WEIGHT:g}, or "default" (the weight of '
+                                   "the partition's language)", "dense_weight")
         return cls(body["tenant"], float(weight))
 
 

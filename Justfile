@@ -110,6 +110,11 @@ bench-cluster: setup cluster-tools
 bench-retrieval: bench-setup
     {{py}} bench/retrieval.py
 
+# The first 100 queries after a boot at 100k chunks, the warm-up budget covering none, part or all of the index
+# (~25 min on 2 cores, more when bench/.cache is stale); writes bench/results/cold_start.md.
+bench-cold: setup
+    {{py}} bench/cold_start.py
+
 # SciFact (ours), then 1M perturbed SciFact chunks with token vectors, ours and the peers over them (~2 h on 2 cores,
 # ~15 GiB under bench/.cache). The retrieval benchmark at a million chunks; writes bench/results/retrieval_1m.md.
 bench-retrieval-1m: bench-setup

@@ -1,5 +1,9 @@
 import json
+import mmap
 import os
+import shutil
+import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -192,13 +196,74 @@ def test_empty_partition_version(tmp_path, encoder):
 def test_prefetch_reads_every_file_of_the_version_within_its_budget(tmp_path, encoder):
     snap = build(tmp_path, encoder, 1, None, [], chunks(encoder, [1, 2, 3]))
     files = snap.files()
-    assert files[:2] == snap.token_files() and (snap.folder / "hnsw.usearch") in files
-    assert any(f.parent.name == "bm25" for f in files)
+    # what every search walks page by page first, then the token vectors, then the rest
+    walked = [snap.folder / name for name in ("hnsw.usearch", "bm25/indptr.csc.index.npy",
+                                              "bm25/indices.csc.index.npy", "bm25/data.csc.index.npy",
+                                              "chunk_ids.npy", "token_refs.npy")]
+    token_files = snap.token_files()
+    assert len(token_files) == 2 and files[:len(walked) + 2] == walked + token_files
+    rest = set(files[len(walked) + 2:])  # what only hits read, and BM25's statistics for the next build
+    assert {snap.folder / "texts.bin", snap.folder / "docs.json", snap.folder / "bm25" / "term_ids.npy"} <= rest
     total, tokens = snap.disk_bytes()
-    assert total == sum(f.stat().st_size for f in files) and tokens == sum(f.stat().st_size for f in files[:2])
+    assert total == sum(f.stat().st_size for f in files) and tokens == sum(f.stat().st_size for f in token_files)
+    assert len(set(files)) == len(files)
     assert snap.prefetch(10**12) == total  # all of it when the budget allows
     assert snap.prefetch(1000) == 1000  # and never past the budget
     assert snap.prefetch(0) == 0
+
+
+def test_will_need_tokens_reads_the_asked_rows_into_the_page_cache_and_nothing_else(tmp_path, encoder):
+    if shutil.which("fincore") is None:
+        pytest.skip("fincore (util-linux) is not installed")
+    ids = list(range(1, 201))
+    texts = [TEXTS[1 + i % 5] for i in ids]
+    enc = encoder.encode(texts)
+    docs = [{"key": f"d{i}", "title": "", "source": "", "metadata": {}} for i in ids]
+    snap = build(tmp_path, encoder, 1, None, [], NewChunks(np.asarray(ids, np.int64), np.zeros(200, np.int32),
+                                                          texts, docs, enc.dense, enc.tokens))
+    codes = snap.token_files()[0]  # int8 codes, 384 bytes a token: ~230 pages
+    size, page = codes.stat().st_size, mmap.PAGESIZE
+    _advise(codes, os.POSIX_FADV_DONTNEED)
+    if _resident(codes) > size // 2:
+        pytest.skip("this filesystem keeps files in memory (tmpfs): nothing to read in")
+    _advise(codes, os.POSIX_FADV_WILLNEED)  # the control: does this filesystem read ahead on advice at all?
+    if not _wait_resident(codes, 1):
+        pytest.skip("this filesystem ignores read-ahead advice")
+    _advise(codes, os.POSIX_FADV_DONTNEED)
+
+    shard, start, count = (int(x) for x in snap.token_refs[150])
+    stored = snap.token_shards[shard][0]
+    stride, offset = stored.strides[0], size - stored.nbytes  # the array runs to the file's end
+    pages = (offset + (start + count) * stride - 1) // page - (offset + start * stride) // page + 1
+    snap.will_need_tokens([150])
+    _wait_resident(codes, pages * page)
+    # the row's pages, read without touching them (a filesystem block bigger than a page may bring a few more)
+    assert pages * page <= _resident(codes) <= (pages + 16) * page < size // 4
+    assert np.array_equal(snap.token_codes([150]).first, stored[start:start + count])
+
+
+def _advise(path, advice: int) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, advice)
+    finally:
+        os.close(fd)
+
+
+def _wait_resident(path, at_least: int) -> bool:
+    deadline = time.monotonic() + 5
+    while _resident(path) < at_least:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _resident(path) -> int:
+    """Bytes of the file in the page cache."""
+    out = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", str(path)],
+                         capture_output=True, text=True, check=True).stdout
+    return int(out.strip())
 
 
 def test_a_versions_bm25_from_the_previous_statistics_scores_as_a_full_build(tmp_path, encoder):

@@ -163,9 +163,11 @@ def _late_scores(targets: list[Target], query_tokens: np.ndarray, keys: list[tup
     by_target: dict[int, list[int]] = {}
     for position, (target_no, _) in enumerate(keys):
         by_target.setdefault(target_no, []).append(position)
+    rows = {target_no: [keys[p][1] for p in positions] for target_no, positions in by_target.items()}
+    for target_no, its_rows in rows.items():  # every row's reads issued before the first is waited for
+        targets[target_no].snapshot.will_need_tokens(its_rows)
     for target_no, positions in by_target.items():
-        codes = targets[target_no].snapshot.token_codes([keys[p][1] for p in positions])
-        scores[positions] = maxsim_stored(query_tokens, codes)
+        scores[positions] = maxsim_stored(query_tokens, targets[target_no].snapshot.token_codes(rows[target_no]))
     return scores
 
 

@@ -12,30 +12,26 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import multiprocessing
 import random
 import shutil
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
-import psutil
 
 from appliance.config import IndexSettings
 from appliance.index import NewChunks, PartitionSnapshot, build_version, current_version
 from appliance.retrieve import Target
-from appliance.timings import Stage, Timings
 from appliance.text import BM25Tokenizer
 
+from .cold import cold_and_warm, timed_search
 from .data import CACHE, code_hash, make_settings
 from .kit import StageKit
-from .measure import SPEED_K, evict, folder_bytes, latency_stats, ms_since, rss_bytes
+from .measure import folder_bytes, latency_stats, rss_bytes
 from .searchonly import OursSearchOnly, QueryVectors, encode_queries
 
 NOISE = 0.01  # per dimension; a copy keeps cosine ~0.98 with its original chunk
 WARM_UP = 5  # untimed queries before each timed pass
-COLD_QUERIES = 100  # timed after a boot, then again warm
 # Chunks per build when token vectors are written. Each build copies the rows so far into its version, so a bigger
 # partition takes bigger steps: 10 builds of 100k at 1M rather than 100 of 10k. (The copies' token vectors are the
 # source's own arrays, decoded once, so a step's input does not grow with it.)
@@ -123,8 +119,8 @@ async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[
         configs = [("hybrid", False)] + ([("hybrid+late", True)] if late else [])
         for label, with_late in configs:
             for q in queries[:WARM_UP]:
-                await _timed_search(app, targets, q, with_late)
-            runs = [await _timed_search(app, targets, q, with_late) for q in queries]
+                await timed_search(app, targets, q, with_late)
+            runs = [await timed_search(app, targets, q, with_late) for q in queries]
             out[label] = latency_stats([t["total"] for t in runs])
             out[label]["stages_p99_ms"] = {s: round(float(np.percentile([t.get(s, 0.0) for t in runs], 99)), 2)
                                            for s in runs[0] if s != "total"}
@@ -152,64 +148,6 @@ async def measure(partition_dir: Path, source: PartitionSnapshot, queries: list[
         return out, vectors
     finally:
         await app.stop()
-
-
-async def _timed_search(app: StageKit, targets: list[Target], text: str, late: bool) -> dict[str, float]:
-    """One search as the retriever runs it (query encoding included), its stage timings in ms."""
-    timings = Timings()
-    started = time.perf_counter()
-    query = await app.batcher.encode(text)
-    terms = app.tokenizer(text)
-    timings.add(Stage.ENCODE, ms_since(started))
-    await app.searcher.search(targets, query.dense, query.tokens, terms, SPEED_K, timings, late=late)
-    timings.add(Stage.TOTAL, ms_since(started))
-    return timings.as_dict()
-
-
-def cold_and_warm(partition_dir: Path, queries: list[str], late: bool) -> dict:
-    """The first queries after a boot, end to end, with the boot's prefetch off and on: each pass in a process of
-    its own (as a boot is; in this one, pages the previous pass mapped may stay mapped and so cannot be dropped)."""
-    out = {}
-    for prefetch in (False, True):
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as child:
-            out[f"prefetch {'on' if prefetch else 'off'}"] = child.submit(
-                _cold_pass, partition_dir, queries[:COLD_QUERIES], late, prefetch).result()
-    return {"late": late, "queries": min(COLD_QUERIES, len(queries)), **out}
-
-
-def _cold_pass(partition_dir: Path, queries: list[str], late: bool, prefetch: bool) -> dict:
-    """The partition's files dropped from the page cache (as after a reboot; nothing maps them yet in this fresh
-    process), the partition opened and warmed as the server's boot does (prefetch on: its read of the index files,
-    at most `index.warm_max_mib` and half the memory available; off: none; then one search), the queries one at a
-    time, then the same again (warm)."""
-    async def run() -> dict:
-        settings = make_settings(partition_dir.parent / "app", "minilm")
-        app = await StageKit.open(settings)
-        try:
-            evict(partition_dir)
-            snapshot = PartitionSnapshot(current_version(partition_dir), IndexSettings().expansion_search)
-            targets = [Target("scale", snapshot)]
-            started = time.perf_counter()
-            budget = min(settings.index.warm_max_mib << 20, psutil.virtual_memory().available // 2)
-            read = await asyncio.to_thread(snapshot.prefetch, budget) if prefetch else 0
-            await _timed_search(app, targets, "warm up", late)
-            warm_up_ms = ms_since(started)
-            first = [await _timed_search(app, targets, q, late) for q in queries]
-            again = [await _timed_search(app, targets, q, late) for q in queries]
-        finally:
-            await app.stop()
-        return {"first": _cold_stats(first), "warm": _cold_stats(again), "warm_up_ms": round(warm_up_ms, 1),
-                "prefetched_mib": round(read / 2**20, 1)}
-
-    return asyncio.run(run())
-
-
-def _cold_stats(runs: list[dict[str, float]]) -> dict:
-    total = latency_stats([t["total"] for t in runs])
-    late = [t.get(Stage.LATE_INTERACTION.value, 0.0) for t in runs]
-    return {"p50_ms": total["p50_ms"], "p99_ms": total["p99_ms"],
-            "late_p50_ms": round(float(np.percentile(late, 50)), 2),
-            "late_p99_ms": round(float(np.percentile(late, 99)), 2)}
 
 
 def _estimate_tokens(source: PartitionSnapshot, chunks: int) -> int | None:

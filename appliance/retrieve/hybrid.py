@@ -84,16 +84,20 @@ class HybridSearcher:
         ann_rank = {key: rank for rank, key in enumerate(ann_list, 1)}
         timings.since(Stage.FUSE, started)
 
+        # a hit's text comes from a memory map: on a cold partition each may fault on the disk, so off the loop
+        # (in the late stage's own thread job when there is one: a hand-off costs ~0.1 ms)
         if by_tokens:
-            picked = await self._rerank_by_tokens(targets, query_tokens, fused, k, timings)
-        elif by_chars:
-            picked = await self._rerank_by_chars(targets, chars, fused, k, timings)
+            picked, chunks = await self._rerank_by_tokens(targets, query_tokens, fused, k, timings)
         else:
-            picked = [(key, score, None, score) for key, score in fused[:k]]
-        return [Hit(partition=targets[target_no].name, chunk=targets[target_no].snapshot.chunk(row), score=score,
-                    rrf=fused_score, bm25_rank=bm25_rank.get((target_no, row)),
-                    ann_rank=ann_rank.get((target_no, row)), late=late_score)
-                for (target_no, row), fused_score, late_score, score in picked]
+            if by_chars:
+                picked = await self._rerank_by_chars(targets, chars, fused, k, timings)
+            else:
+                picked = [(key, score, None, score) for key, score in fused[:k]]
+            chunks = await asyncio.get_running_loop().run_in_executor(
+                self.executor, _chunks, targets, [key for key, *_ in picked])
+        return [Hit(partition=targets[target_no].name, chunk=chunk, score=score, rrf=fused_score,
+                    bm25_rank=bm25_rank.get((target_no, row)), ann_rank=ann_rank.get((target_no, row)), late=late_score)
+                for ((target_no, row), fused_score, late_score, score), chunk in zip(picked, chunks)]
 
     async def _lists(self, targets: list[Target], dense: np.ndarray, terms: list[str], fetch: int, mode: str,
                      timings: Timings) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
@@ -116,15 +120,16 @@ class HybridSearcher:
                 _merge([(i, r[0]) for i, r in enumerate(results[1::2])], fetch))
 
     async def _rerank_by_tokens(self, targets: list[Target], query_tokens: np.ndarray, fused: list, k: int,
-                                timings: Timings) -> list[tuple]:
-        """The head of the fused list in MaxSim order; past it (k > late_candidates) the RRF order stands."""
+                                timings: Timings) -> tuple[list[tuple], list[ChunkInfo]]:
+        """The head of the fused list in MaxSim order; past it (k > late_candidates) the RRF order stands. With
+        the picked hits' chunks, read in the same thread job."""
         candidates = fused[: self.params.late_candidates]
-        scores, ms = await asyncio.get_running_loop().run_in_executor(
-            self.executor, _timed, _late_scores, targets, query_tokens, [key for key, _ in candidates])
+        (scores, order, chunks), ms = await asyncio.get_running_loop().run_in_executor(
+            self.executor, _timed, _late_ranked, targets, query_tokens, [key for key, _ in candidates],
+            [key for key, _ in fused[len(candidates):k]], k)
         timings.add(Stage.LATE_INTERACTION, ms)
-        order = np.argsort(-scores, kind="stable")[:k]
         picked = [(candidates[i][0], candidates[i][1], float(scores[i]), float(scores[i])) for i in order]
-        return picked + [(key, score, None, score) for key, score in fused[len(candidates):k]]
+        return picked + [(key, score, None, score) for key, score in fused[len(candidates):k]], chunks
 
     async def _rerank_by_chars(self, targets: list[Target], chars: CharLate, fused: list, k: int,
                                timings: Timings) -> list[tuple]:
@@ -169,6 +174,18 @@ def _late_scores(targets: list[Target], query_tokens: np.ndarray, keys: list[tup
     for target_no, positions in by_target.items():
         scores[positions] = maxsim_stored(query_tokens, targets[target_no].snapshot.token_codes(rows[target_no]))
     return scores
+
+
+def _late_ranked(targets: list[Target], query_tokens: np.ndarray, keys: list[tuple[int, int]],
+                 past_head: list[tuple[int, int]], k: int) -> tuple[np.ndarray, np.ndarray, list[ChunkInfo]]:
+    """The candidates' MaxSim scores, the best k's positions, and the chunks of those then of `past_head`."""
+    scores = _late_scores(targets, query_tokens, keys)
+    order = np.argsort(-scores, kind="stable")[:k]
+    return scores, order, _chunks(targets, [keys[i] for i in order] + past_head)
+
+
+def _chunks(targets: list[Target], keys: list[tuple[int, int]]) -> list[ChunkInfo]:
+    return [targets[target_no].snapshot.chunk(row) for target_no, row in keys]
 
 
 def _char_scores(targets: list[Target], chars: CharLate, keys: list[tuple[int, int]]) -> np.ndarray | None:

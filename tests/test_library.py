@@ -91,29 +91,27 @@ def test_k_beyond_the_late_interaction_head_still_returns_k_results(settings, mo
 
 def test_hits_are_read_off_the_event_loop(settings, monkeypatch):
     """A hit's text comes from a memory map that may fault on the disk when cold: the loop must not wait for it."""
-    read_on: list[bool] = []
+    read_on: list[int] = []  # the threads that read hits
     real_chunk = PartitionSnapshot.chunk
 
     def chunk(self, row):
-        read_on.append(threading.get_ident() == loop_thread)
+        read_on.append(threading.get_ident())
         return real_chunk(self, row)
 
     monkeypatch.setattr(PartitionSnapshot, "chunk", chunk)
 
     async def go():
-        nonlocal loop_thread
-        loop_thread = threading.get_ident()
         app = await started(settings)
         await app.ingest("acme", "kb", DOCS)
-        plain = await app.search("energy of the cell", PartitionFilter("acme"), 3)
+        plain = await app.search("energy of the cell", PartitionFilter("acme"), 3, late_interaction=False)
         late = await app.search("energy of the cell", PartitionFilter("acme"), 3, late_interaction=True)
         await app.stop()
-        return plain, late
+        return plain, late, threading.get_ident()
 
-    loop_thread = None
-    plain, late = run(go())
-    assert ids(plain)[0] == "mito" and ids(late)[0] == "mito" and late.hits[0].late is not None
-    assert len(read_on) >= 6 and not any(read_on)
+    plain, late, loop_thread = run(go())
+    assert ids(plain)[0] == "mito" and plain.hits[0].late is None
+    assert ids(late)[0] == "mito" and late.hits[0].late is not None
+    assert len(read_on) >= 6 and loop_thread not in read_on
 
 
 def test_reingest_is_idempotent_update_replaces_and_delete_removes(settings):

@@ -283,12 +283,20 @@ def _member(package: Path, name: str) -> str:
                           check=True).stdout
 
 
-def test_a_given_key_signs_the_package_and_the_signature_checks(tmp_path):
-    from build import sign
-
+@pytest.fixture
+def gnupg_env(tmp_path):
+    """An environment with a GnuPG home of its own; the agent gpg starts for it is stopped afterwards."""
     home = tmp_path / "gnupg"
     home.mkdir(mode=0o700)
     env = {**os.environ, "GNUPGHOME": str(home)}
+    yield env
+    subprocess.run(["gpgconf", "--kill", "all"], env=env, capture_output=True)
+
+
+def test_a_given_key_signs_the_package_and_the_signature_checks(tmp_path, gnupg_env):
+    from build import sign
+
+    env = gnupg_env
     subprocess.run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key", "release@appliance.invalid",
                     "default", "default", "never"], env=env, check=True, capture_output=True)
     package = tmp_path / "rag-appliance-0.0.0-cpu.run"

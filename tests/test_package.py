@@ -290,7 +290,7 @@ def gnupg_env(tmp_path):
     home.mkdir(mode=0o700)
     env = {**os.environ, "GNUPGHOME": str(home)}
     yield env
-    if shutil.which("gpgconf"):  # Debian's gnupg brings it; without it there is no agent to stop either
+    if shutil.which("gpgconf"):  # installed with the agent by Debian's gnupg
         subprocess.run(["gpgconf", "--kill", "all"], env=env, capture_output=True)
 
 

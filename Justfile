@@ -111,7 +111,7 @@ bench-retrieval: bench-setup
     {{py}} bench/retrieval.py
 
 # The first 100 queries after a boot at 100k chunks, the warm-up budget covering none, part or all of the index
-# (~25 min on 2 cores, more when bench/.cache is stale); writes bench/results/cold_start.md.
+# (~5 min on 2 cores, ~13 min when bench/.cache is stale); writes bench/results/cold_start.md.
 bench-cold: setup
     {{py}} bench/cold_start.py
 

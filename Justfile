@@ -126,6 +126,11 @@ bench-retrieval-1m: bench-setup
 bench-generation: setup
     {{py}} bench/generation.py
 
+# Answers against gold (SQuAD 2.0, CMRC 2018, Doc2Dial) through the real engines: the default model, the
+# extractive mode, SmolLM2 and a plain stuffed prompt on the same passages; writes bench/results/answers.md.
+bench-answers: setup
+    {{py}} bench/answers.py
+
 # Serving benchmark: semantic cache vs GPTCache (QQP, AFQMC; 100k-entry lookups), then loopback load, full
 # appliance vs naive; writes bench/results/serving.md.
 bench-serving: bench-setup

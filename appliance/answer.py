@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
+from .answer_checks import NOT_COVERED, check_generated, extractive, not_checked, passage_texts, retrieval_only
 from .config import ConversationSettings, GenerateSettings, RouterSettings
 from .generate import EngineDown, EngineSet, Passage, Router, TextEngine, build_prompt, fit_tokens, recent_history
 from .generate.repetition import repeated_tail
+from .grounding import Grounding, cited_numbers, strip_citations
 from .retrieve import Hit, PartitionFilter, Retriever, SearchResult
 from .text import Turn, has_cjk, normalise_question
 from .timings import Stage, Timings, ms_since
@@ -113,10 +114,11 @@ class Done:
     text: str
     route: Route
     degraded: bool
-    finish_reason: str  # stop, length, deadline, degraded
+    finish_reason: str  # stop, length, deadline, degraded, repetition, not_covered, extractive
     usage: Usage
     timings: Timings
     cache: str = "none"  # the layer that answered: exact, semantic or none
+    grounding: Grounding | None = None  # the answer checked against its passages; None: not checked
 
 
 @dataclass(slots=True)
@@ -155,14 +157,20 @@ class Answerer:
             route = Route(None, req.model, uncovered)
             yield Sources([], result.partitions, route)
             timings.set(Stage.TOTAL, ms_since(started))
-            yield Done(NOT_COVERED, route, False, "not_covered", Usage(), timings)
+            yield Token(NOT_COVERED)  # a refusal is text every client shows, streamed or not
+            yield Done(NOT_COVERED, route, False, "not_covered", Usage(), timings, grounding=not_checked())
+            return
+        if self.generate.answer_mode == "extractive":
+            async for event in self._extractive(req, result, timings, started):
+                yield event
             return
         t = time.perf_counter()
         route, engine = await self._route(req, router, embedding, len(result.hits))
         timings.since(Stage.ROUTE, t)
         yield Sources(sources_of(result.hits), result.partitions, route)
         if engine is None:
-            yield _degraded(result, route, route.reason, timings, started)
+            for event in _degraded(result, route, route.reason, timings, started, req.prompt_question):
+                yield event
             return
         async for event in self._generate(req, engine, route, result, timings, started):
             yield event
@@ -201,6 +209,8 @@ class Answerer:
         t = time.perf_counter()
         parts: list[str] = []
         last, finish = None, None
+        # quote and refuse may put another text in place of the answer: hold it back until it is checked
+        hold = self.generate.check_answers and self.generate.unsupported != "label"
         deadline = started + min(req.timeout_s or self.deadline_s, self.deadline_s)
         stream = engine.stream(prompt.text, max_tokens, self.generate.temperature, req.request_id)
         try:
@@ -218,7 +228,8 @@ class Answerer:
                 last = delta
                 if delta.text:
                     parts.append(delta.text)
-                    yield Token(delta.text)
+                    if not hold:
+                        yield Token(delta.text)
                     # a loop: stop it here (looked for every few deltas: the check reads 600 characters)
                     if len(parts) % LOOP_CHECK_EVERY == 0:
                         parts, finish = _stop_loop(parts, finish)
@@ -235,11 +246,41 @@ class Answerer:
         finally:
             await stream.aclose()
         timings.since(Stage.GENERATION, t)
-        timings.set(Stage.TOTAL, ms_since(started))
         usage = Usage(last.prompt_tokens, last.completion_tokens, last.cached_tokens) if last else Usage()
         usage.passages_in_prompt = prompt.passages_used
-        yield Done("".join(parts), route, False, finish or (last.finish_reason if last else None) or "stop", usage,
-                   timings)
+        finish = finish or (last.finish_reason if last else None) or "stop"
+        async for event in self._checked("".join(parts), hold, req, route, result, usage, finish, timings, started):
+            yield event
+
+    async def _checked(self, text: str, held: bool, req: AskRequest, route: Route, result: SearchResult,
+                       usage: Usage, finish: str, timings: Timings, started: float) -> AsyncIterator[Event]:
+        """The generated text checked against the passages its prompt showed, then done. `held`: nothing of it was
+        streamed yet (the policy may replace it), so the checked text goes out now."""
+        t = time.perf_counter()
+        g = self.generate
+        shown = passage_texts(result.hits)[:usage.passages_in_prompt or 0]
+        checked = await asyncio.to_thread(check_generated, text, shown, req.prompt_question, g.unsupported,
+                                          g.check_answers)
+        timings.since(Stage.CHECK, t)
+        if held and checked.text:
+            yield Token(checked.text)
+        timings.set(Stage.TOTAL, ms_since(started))
+        yield Done(checked.text, route, False, "unsupported" if checked.replaced else finish, usage, timings,
+                   grounding=checked.grounding)
+
+    async def _extractive(self, req: AskRequest, result: SearchResult, timings: Timings,
+                          started: float) -> AsyncIterator[Event]:
+        """generate.answer_mode = "extractive": no engine; the passages' best sentences, cited."""
+        route = Route(None, req.model, "extractive answer (generate.answer_mode)")
+        yield Sources(sources_of(result.hits), result.partitions, route)
+        t = time.perf_counter()
+        checked = await asyncio.to_thread(extractive, result.hits, req.prompt_question)
+        timings.since(Stage.CHECK, t)
+        text = checked.text or NOT_COVERED
+        timings.set(Stage.TOTAL, ms_since(started))
+        yield Token(text)
+        yield Done(text, route, False, "extractive" if checked.text else "not_covered", Usage(), timings,
+                   grounding=checked.grounding)
 
     async def _retry(self, req: AskRequest, failed: TextEngine, route: Route, result: SearchResult,
                      timings: Timings, started: float, exc: EngineDown) -> AsyncIterator[Event]:
@@ -249,7 +290,8 @@ class Answerer:
         if pick.engine is None:
             route.engine = None
             route.reason += "; degraded to retrieval only"
-            yield _degraded(result, route, str(exc), timings, started)
+            for event in _degraded(result, route, str(exc), timings, started, req.prompt_question):
+                yield event
             return
         route.engine = pick.engine.role
         async for event in self._generate(req, pick.engine, route, result, timings, started):
@@ -285,20 +327,6 @@ class Answerer:
 
     def _default_max_tokens(self, task: str) -> int:
         return self.generate.max_tokens_concise if task == "concise" else self.generate.max_tokens_cited
-
-
-_CITATION = re.compile(r"\[(\d{1,3}(?:\s*,\s*\d{1,3})*)\]")
-
-
-def cited_numbers(text: str) -> list[int]:
-    """The passage numbers an answer cites ("[2]", "[1][3]", "[1, 3]"), in order of first citation."""
-    found = [int(n) for group in _CITATION.findall(text) for n in group.split(",")]
-    return list(dict.fromkeys(found))
-
-
-def strip_citations(text: str) -> str:
-    """The answer without its citation marks."""
-    return _CITATION.sub("", text)
 
 
 def cited_sources(sources: list[Source], text: str) -> list[Source]:
@@ -341,19 +369,9 @@ def citation(file: str, page: int | None, page_end: int | None, section: tuple[s
     return ", ".join(parts)
 
 
-NOT_COVERED = "The documents do not cover this question, so I cannot answer it from them."
-
-
-def retrieval_only(hits: list[Hit], reason: str) -> str:
-    lines = [f"No generated answer ({reason}). The most relevant passages:"]
-    for n, hit in enumerate(hits, 1):
-        snippet = " ".join(hit.chunk.text.split())[:300]
-        lines.append(f"[{n}] {hit.chunk.title + ': ' if hit.chunk.title else ''}{snippet}")
-    if not hits:
-        lines.append("(no passages matched)")
-    return "\n".join(lines)
-
-
-def _degraded(result: SearchResult, route: Route, reason: str, timings: Timings, started: float) -> Done:
+def _degraded(result: SearchResult, route: Route, reason: str, timings: Timings, started: float,
+              question: str) -> list[Event]:
+    """A retrieval-only answer as the events a generated one gives: its text as one token, then done."""
     timings.set(Stage.TOTAL, ms_since(started))
-    return Done(retrieval_only(result.hits, reason), route, True, "degraded", Usage(), timings)
+    text = retrieval_only(result.hits, reason, question)
+    return [Token(text), Done(text, route, True, "degraded", Usage(), timings, grounding=not_checked())]

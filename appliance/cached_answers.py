@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
 
+from .answer_checks import grounding_from_json, grounding_json
 from .answer import Answerer, AskRequest, Done, Event, Route, Source, Sources, Token, Usage
 from .cache import ExactCache, SemanticCache, SingleFlight, answer_key
 from .generate import PROMPT_VERSION
@@ -113,7 +114,8 @@ def _payload(done: Done, sources: Sources) -> dict:
     """What is stored: plain data (diskcache pickles it; a restart must read it back whatever the classes became)."""
     return {"answer": done.text, "finish_reason": done.finish_reason, "route": asdict(done.route),
             "sources": [asdict(s) for s in sources.sources], "partitions": sources.partitions,
-            "usage": asdict(done.usage), "cached_at": time.time()}
+            "usage": asdict(done.usage), "grounding": grounding_json(done.grounding) if done.grounding else None,
+            "cached_at": time.time()}
 
 
 def _replay(payload: dict, layer: str, req: AskRequest, timings: Timings, started: float):
@@ -124,4 +126,5 @@ def _replay(payload: dict, layer: str, req: AskRequest, timings: Timings, starte
     yield Sources([Source(**s) for s in payload["sources"]], payload["partitions"], route)
     yield Token(payload["answer"])
     timings.set(Stage.TOTAL, ms_since(started))
-    yield Done(payload["answer"], route, False, payload["finish_reason"], Usage(), timings.copy(), cache=layer)
+    yield Done(payload["answer"], route, False, payload["finish_reason"], Usage(), timings.copy(), cache=layer,
+               grounding=grounding_from_json(payload.get("grounding")))

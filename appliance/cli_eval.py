@@ -35,12 +35,16 @@ def add_eval_commands(commands) -> None:
     conversations.add_argument("--limit", type=int, help="only the first N rewrite pairs")
     conversations.add_argument("--json", action="store_true")
     conversations.set_defaults(run=_eval_conversations)
-    answers = evaluate.add_parser("answers", help="answer every turn through the real engines: token F1 and exact "
-                                  "match against gold answers, citation accuracy, loops, answers per minute")
-    answers.add_argument("--data", required=True, type=Path, help="as for eval conversations")
+    answers = evaluate.add_parser("answers", help="answer a question set (SQuAD 2.0, CMRC 2018) or every turn of a "
+                                  "conversation set (doc2dial) through the real engines: F1 and exact match against "
+                                  "gold answers, abstention, citation accuracy, grounding labels, loops, throughput")
+    answers.add_argument("--data", required=True, type=Path,
+                         help="folder: corpus.jsonl, qrels/test.tsv and answers.jsonl + queries.jsonl (questions) "
+                         "or conversations.jsonl")
     answers.add_argument("--history", choices=["on", "off"], default="on", help="recent turns in the prompt")
-    answers.add_argument("--limit", type=int, help="only the first N conversations")
-    answers.add_argument("--max-tokens", type=int, default=96)
+    answers.add_argument("--limit", type=int, help="N questions (conversations), sampled evenly over the file")
+    answers.add_argument("--max-tokens", type=int, help="answer length (default: the product's)")
+    answers.add_argument("--concurrency", type=int, default=8, help="questions asked at once (default 8)")
     answers.add_argument("--json", action="store_true")
     answers.set_defaults(run=_eval_answers)
     cache = evaluate.add_parser("cache", help="semantic cache right/wrong hits on labelled question pairs")
@@ -97,13 +101,19 @@ def _eval_conversations(settings: Settings, args) -> None:
 
 
 def _eval_answers(settings: Settings, args) -> None:
+    from .evaluate_answer_sets import set_kind
     from .evaluate_answers import evaluate_answers
 
+    try:
+        set_kind(args.data)
+    except FileNotFoundError as exc:
+        sys.exit(f"appliance eval answers: {exc}")
     progress = None if args.json else (lambda done, total: print(f"\r{done}/{total}", end="", file=sys.stderr,
                                                                  flush=True))
     report = asyncio.run(evaluate_answers(settings, args.data, args.history == "on", args.limit, args.max_tokens,
-                                          progress))
-    print(json.dumps(report) if args.json else "\n" + json.dumps(report, indent=1))
+                                          progress, max(1, args.concurrency)))
+    print(json.dumps(report, ensure_ascii=False) if args.json else "\n" + json.dumps(report, indent=1,
+                                                                                        ensure_ascii=False))
 
 
 def _eval_router(settings: Settings, args) -> None:

@@ -1,91 +1,84 @@
-"""`appliance eval answers`: every turn of a conversation folder answered through the real engines, as the server
-answers it (standalone question, retrieval, the recent history in the prompt), against the gold answers.
+"""`appliance eval answers`: a question set (SQuAD 2.0, CMRC 2018) or a conversation set (doc2dial) answered through
+the real engines, as the server answers it, against the gold answers (`evaluate_answer_sets` loads and asks,
+`answer_scoring` scores).
 
-Reports token F1 and exact match, how often the passage the answer cites comes from the turn's document, how
-often the top source does, the shares of answers stopped as loops and refused as not covered by the documents
-(`generate.min_relevance`), and answers per minute. Caches are off: every
-answer is computed. Slow on a CPU box (an answer is seconds): for benchmarks, not tests.
+The corpus goes into a fresh data folder; caches are off (every answer is computed); questions go `concurrency`
+at a time, so answers per minute are those of a box serving that many clients. Reports F1 and exact match (SQuAD's
+scorer, CMRC's for Chinese), abstention on unanswerable questions, citation accuracy, the grounding check's
+labels, loops, time to first token and the CPU. Slow on a CPU box (an answer is seconds): for benchmarks, not tests.
 """
 from __future__ import annotations
 
-import re
+import contextlib
+import os
+import platform
 import tempfile
-import time
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from .answer import AskRequest, Done, Sources, cited_numbers, strip_citations
+from .answer_scoring import summarise
 from .config import Settings
-from .evaluate import load_qrels, read_jsonl
-from .evaluate_conversations import PARTITION, TENANT, _ingest, token_f1
-from .retrieve import PartitionFilter
-from .text import Turn
+from .evaluate_answer_sets import AnswerSet, Asker, ingest_set, load_set, product_asker, run_set
+from .evaluate_conversations import needs_engines
 from .wiring import open_services
 
+CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
+
+
 async def evaluate_answers(settings: Settings, folder: Path, history_in_prompt: bool = True,
-                           limit: int | None = None, max_tokens: int = 96, progress=None) -> dict[str, Any]:
-    folder = Path(folder)
-    corpus, qrels = list(read_jsonl(folder / "corpus.jsonl")), load_qrels(folder)
-    conversations = list(read_jsonl(folder / "conversations.jsonl"))[:limit]
-    conversation = settings.conversation if history_in_prompt else replace(settings.conversation, history_turns=0)
+                           limit: int | None = None, max_tokens: int | None = None, progress=None,
+                           concurrency: int = 8) -> dict[str, Any]:
+    """One set, the product's answer path: the report `measure` gives. `limit`: questions (or conversations),
+    sampled evenly; `max_tokens` None: the product's default answer length."""
+    answer_set = load_set(Path(folder), limit)
+    settings = without_history(settings) if not history_in_prompt else settings
+    async with eval_services(settings) as services:
+        await ingest_set(services, answer_set)
+        report = await measure(services, answer_set, product_asker(max_tokens), concurrency, progress)
+    return {"history_in_prompt": history_in_prompt, **report}
+
+
+@contextlib.asynccontextmanager
+async def eval_services(settings: Settings, generation: bool | None = None) -> AsyncIterator[Any]:
+    """The services on a fresh data folder, caches off, warmed up; engines unless the settings need none
+    (`generate.answer_mode = "extractive"` with no rewrite engine) or `generation` says."""
+    if generation is None:
+        generation = settings.generate.answer_mode != "extractive" or needs_engines(settings, "auto")
     with tempfile.TemporaryDirectory(prefix="appliance-eval-") as tmp:
-        fresh = replace(settings, data_dir=Path(tmp), demo_corpus=False, conversation=conversation,
-                        cache=replace(settings.cache, enabled=False))
-        async with open_services(fresh, warm_up=True, generation=True) as services:
-            await _ingest(services, corpus)
-            started = time.perf_counter()
-            rows = []
-            for n, item in enumerate(conversations):
-                rows += await _answer_conversation(services, item, qrels, max_tokens)
-                if progress:
-                    progress(n + 1, len(conversations))
-            minutes = (time.perf_counter() - started) / 60
-    return {"history_in_prompt": history_in_prompt, "conversations": len(conversations), "answers": len(rows),
-            **_summary(rows), "answers_per_min": round(len(rows) / minutes, 2) if minutes else 0.0}
+        fresh = replace(settings, data_dir=Path(tmp), demo_corpus=False, cache=replace(settings.cache, enabled=False))
+        async with open_services(fresh, warm_up=True, generation=generation) as services:
+            yield services
 
 
-async def _answer_conversation(services, item: dict, qrels: dict, max_tokens: int) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-    history: list[Turn] = []
-    for i, turn in enumerate(item["turns"], 1):
-        relevant = qrels.get(f"{item['id']}_{i}") or {}
-        gold = (turn.get("answer") or "").strip()
-        if gold and relevant:
-            req = AskRequest(turn["question"], PartitionFilter(TENANT, (PARTITION,)), max_tokens=max_tokens,
-                             history=tuple(history))
-            sources, done = None, None
-            async for event in services.answers.ask(req):
-                if isinstance(event, Sources):
-                    sources = event
-                elif isinstance(event, Done):
-                    done = event
-            if sources is not None and done is not None:
-                rows.append(_row(done, sources, gold, set(relevant), bool(history)))
-        history += [Turn("user", turn["question"]), Turn("assistant", turn.get("answer") or "")]
-    return rows
+async def measure(services, answer_set: AnswerSet, asker: Asker, concurrency: int = 8,
+                  progress=None) -> dict[str, Any]:
+    """Ask every question of an ingested set through `asker`; the summary with what was asked and where."""
+    run = await run_set(services, answer_set, asker, concurrency, progress)
+    s = services.settings
+    return {"set": answer_set.name, "kind": answer_set.kind, "questions_in_file": answer_set.total,
+            "conversations": len(answer_set.dialogues) if answer_set.kind == "conversations" else None,
+            **summarise(run.rows, run.wall_s, concurrency),
+            "models": {role: services.engines[role].status().model for role in services.engines},
+            "answer_mode": s.generate.answer_mode, "unsupported": s.generate.unsupported,
+            "cpu": cpu_info(), "examples": run.examples}
 
 
-def _row(done: Done, sources: Sources, gold: str, relevant: set[str], followup: bool) -> dict[str, Any]:
-    by_number = {s.n: s.document_id for s in sources.sources}
-    cited = {by_number[n] for n in cited_numbers(done.text) if n in by_number}
-    return {"f1": token_f1(done.text, gold), "em": _normal(done.text) == _normal(gold), "cites": bool(cited),
-            "cited_right": bool(cited & relevant), "top_right": bool(sources.sources)
-            and sources.sources[0].document_id in relevant, "loop": done.finish_reason == "repetition",
-            "degraded": done.degraded, "not_covered": done.finish_reason == "not_covered", "followup": followup}
+def without_history(settings: Settings) -> Settings:
+    """No earlier turn in the prompt (the standalone-question stage still reads them)."""
+    return replace(settings, conversation=replace(settings.conversation, history_turns=0))
 
 
-def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    def mean(key: str, subset: list[dict[str, Any]]) -> float:
-        return round(float(np.mean([float(r[key]) for r in subset])), 4) if subset else 0.0
-    followups = [r for r in rows if r["followup"]]
-    return {"f1": mean("f1", rows), "exact_match": mean("em", rows), "followup_f1": mean("f1", followups),
-            "share_citing": mean("cites", rows), "citation_accuracy": mean("cited_right", rows),
-            "top_source_accuracy": mean("top_right", rows), "loops": mean("loop", rows),
-            "degraded": mean("degraded", rows), "not_covered": mean("not_covered", rows)}
-
-
-def _normal(text: str) -> str:
-    return " ".join(re.findall(r"\w+", strip_citations(text).lower()))
+def cpu_info() -> dict[str, Any]:
+    """The CPU the answers ran on: model name, the SIMD flags the engines care about, cores usable."""
+    model, flags = platform.processor(), set()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as info:
+        for line in info:
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not flags:
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+                break
+    return {"model": model, "flags": [f for f in CPU_FLAGS if f in flags], "cores": len(os.sched_getaffinity(0))}

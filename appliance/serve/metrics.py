@@ -44,6 +44,7 @@ class RequestRecord:
     route_requested: str | None = None  # "auto" / "small" / "large"
     degraded: bool = False
     finish_reason: str | None = None
+    grounding: str | None = None  # the answer's label from the check against its passages
     timings: dict[str, float] = field(default_factory=dict)  # stage -> ms; unknown keys are logged, not measured
     started: float = 0.0  # time.time() at arrival
     error: str | None = None
@@ -61,6 +62,8 @@ class Metrics:
                                   ["layer"], registry=r)
         self.routes = Counter("appliance_route_decisions", "Engine chosen per answered ask/chat (none = no generation)",
                               ["engine", "requested"], registry=r)
+        self.grounding = Counter("appliance_answers_grounding", "Answers by their check against their passages "
+                                 "(supported, partly, unsupported, not_checked)", ["label"], registry=r)
         self.degraded = Counter("appliance_degraded", "Requests answered in a degraded mode", ["endpoint"], registry=r)
         self.rejections = Counter("appliance_rejected", "Requests refused before any work", ["reason", "endpoint"],
                                   registry=r)
@@ -86,6 +89,8 @@ class Metrics:
         if answering and record.status < 400:
             self.cache_hits.labels(record.cache or "none").inc()
             self.routes.labels(record.route_engine or "none", record.route_requested or "none").inc()
+            if record.grounding is not None:
+                self.grounding.labels(record.grounding).inc()
         if record.degraded:
             self.degraded.labels(record.endpoint).inc()
 

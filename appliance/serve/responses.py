@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..answer_checks import grounding_json
 from ..answer import Done, Failed, Route, Source, Sources, Usage, citation, cited_numbers, cited_sources
 from ..generate import EngineStatus
 from ..file_ingest import FilesResult
@@ -61,7 +62,7 @@ def sources_json(s: Sources) -> dict[str, Any]:
 
 def done_json(d: Done) -> dict[str, Any]:
     return {"answer": d.text, "cited": cited_numbers(d.text), "finish_reason": d.finish_reason,
-            "degraded": d.degraded, "cache": d.cache,
+            "degraded": d.degraded, "cache": d.cache, "grounding": grounding_json(d.grounding),
             "route": route_json(d.route), "usage": usage_json(d.usage), "timings_ms": d.timings.as_dict()}
 
 
@@ -148,6 +149,7 @@ def chat_completion_json(a: Answer, chat: ChatMeta) -> dict[str, Any]:
         "sources": [source_json(x) for x in cited_sources(a.sources.sources, d.text)],
         "standalone_question": a.sources.standalone_question,
         "route": route_json(d.route), "degraded": d.degraded, "cache": d.cache, "timings_ms": d.timings.as_dict(),
+        "grounding": grounding_json(d.grounding),
     }
 
 
@@ -160,7 +162,7 @@ def chat_last_chunk_json(chat: ChatMeta, d: Done) -> dict[str, Any]:
     """The chunk that ends a streamed completion: its finish reason, usage and the appliance's own fields."""
     return chat_chunk_json(chat, {}, openai_finish(d.finish_reason), usage=openai_usage_json(d.usage),
                            cited=cited_numbers(d.text), route=route_json(d.route), degraded=d.degraded, cache=d.cache,
-                           timings_ms=d.timings.as_dict())
+                           timings_ms=d.timings.as_dict(), grounding=grounding_json(d.grounding))
 
 
 def files_json(r: FilesResult) -> dict[str, Any]:

@@ -23,6 +23,7 @@ async def traced(events: AsyncIterator[Event], record: RequestRecord) -> AsyncIt
     async for event in events:
         if isinstance(event, Done):
             record.cache, record.degraded, record.finish_reason = event.cache, event.degraded, event.finish_reason
+            record.grounding = event.grounding.label if event.grounding is not None else None
             record.route_engine, record.route_requested = event.route.engine, event.route.requested
             record.timings.update(event.timings.as_dict())
         elif isinstance(event, Failed):
@@ -90,9 +91,7 @@ async def openai_sse(events: AsyncIterator[Event], chat: ChatMeta) -> AsyncItera
                                             standalone_question=event.standalone_question))
             elif isinstance(event, Token):
                 yield _data(chat_chunk_json(chat, {"content": event.text}, None))
-            elif isinstance(event, Done):
-                if event.degraded:  # the retrieval-only text is the answer a client shows
-                    yield _data(chat_chunk_json(chat, {"content": event.text}, None))
+            elif isinstance(event, Done):  # every answer's text came as tokens (refusals and degraded ones too)
                 yield _data(chat_last_chunk_json(chat, event))
             elif isinstance(event, Failed):
                 yield _data({"error": {"message": event.message, "type": "engine_failed"}})

@@ -128,6 +128,21 @@ async function stream(body, view, signal) {
   return text;
 }
 
+const GROUNDING_WORDS = {
+  supported: "Checked against the sources: supported",
+  partly: "Checked against the sources: only partly supported",
+  unsupported: "Checked against the sources: not supported by them; do not rely on it",
+};
+
+// What the check of the answer against its passages said, with the passages that support it
+function groundingLine(g) {
+  if (!g || !GROUNDING_WORDS[g.label]) return null;
+  const by = g.passages?.length ? ` (by ${g.passages.map((n) => `[${n}]`).join("")})` : "";
+  const open = g.sentences?.filter((s) => s.label !== "supported").length || 0;
+  const rest = g.label === "partly" && open ? `; ${open} sentence${open > 1 ? "s" : ""} not found in them` : "";
+  return el("p", { class: `grounding ${g.label}`, "data-grounding": g.label }, `${GROUNDING_WORDS[g.label]}${by}${rest}.`);
+}
+
 class AnswerView {
   constructor(onCite) {
     this.onCite = onCite;
@@ -172,6 +187,8 @@ class AnswerView {
            `No generated answer${route.reason ? ` (${route.reason})` : ""}`,
          `; cache: ${last.cache === "none" ? "miss" : last.cache}${last.degraded ? "; degraded (retrieval only)" : ""}`),
       el("p", { class: "timings muted" }, timings));
+    const check = groundingLine(last.grounding);
+    if (check) this.meta.prepend(check);
   }
 
   fail(err) {

@@ -1,0 +1,1 @@
+"""Parts of bench/answers.py: the plain peer, the report."""

@@ -18,7 +18,7 @@ from .answer_checks import NOT_COVERED, check_generated, extractive, not_checked
 from .config import ConversationSettings, GenerateSettings, RouterSettings
 from .generate import EngineDown, EngineSet, Passage, Router, TextEngine, build_prompt, fit_tokens, recent_history
 from .generate.repetition import repeated_tail
-from .grounding import Grounding, cited_numbers, strip_citations
+from .grounding import Grounding, cited_numbers
 from .retrieve import Hit, PartitionFilter, Retriever, SearchResult
 from .text import Turn, has_cjk, normalise_question
 from .timings import Stage, Timings, ms_since

@@ -281,6 +281,10 @@ def test_ask_streams_an_answer_whose_citation_opens_the_passage(llm_served, brow
         route = page.locator(".msg.assistant .route")
         assert route.get_attribute("data-engine") == "large" and "requested by the client" in route.inner_text()
         assert "total" in page.locator(".msg.assistant .timings").inner_text()
+        # the answer's check against its passages, in words, with the passage that supports it
+        check = page.locator(".msg.assistant .grounding")
+        assert check.get_attribute("data-grounding") in ("supported", "partly"), check.inner_text()
+        assert "Checked against the sources" in check.inner_text() and "[1]" in check.inner_text()
         page.click(".msg.assistant .sources button")  # the numbered source [1]
         passage = page.locator(".passage")
         assert "Its capital city is Paris" in passage.inner_text()

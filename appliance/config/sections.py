@@ -296,8 +296,10 @@ class AdmissionSettings:
     # Requests in progress in the whole server; past it 503 + Retry-After. A quarter is kept for tenants that
     # arrive; one tenant holds at most max(1, (max_in_flight - max_in_flight // 4) // tenants competing).
     max_in_flight: int = 256
-    # Estimated wait for an engine's first token above this: answer retrieval-only instead of queueing
-    wait_budget_s: float = 4.0
+    # Estimated wait for an engine's first token above this: answer retrieval-only (extractive) instead of queueing.
+    # The default 1.5B model reads a ~1,000-token prompt in ~9 s on 2 cores (bench/results/answers.md), so 4 s (the
+    # budget with SmolLM2) degraded every answer but the first; 30 s admits ~3 at a time there.
+    wait_budget_s: float = 30.0
 
 
 @dataclass(slots=True, frozen=True)

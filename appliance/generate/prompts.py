@@ -13,16 +13,20 @@ from ..text import Turn, question_language
 
 PROMPT_VERSION = "p4"  # bump when any text below changes: cached answers are keyed by it
 
-# p4 (with the 1.5B default model): answers from the passages only, a fixed sentence when they do not hold the
-# answer (the check and the evaluation recognise it as a refusal), the answer itself first. On 10 answerable and 4
-# unanswerable SQuAD 2.0 questions of the even half, p3's wording (which allowed general knowledge) gave token F1
-# 0.26 and no refusal; this one 0.31 and 1 of 4 (2 answerable ones refused). bench/results/answers.md has the run.
+# p4 (with the 1.5B default model): the passages are the only source of facts, the answer itself comes first, in
+# few words. On 10 answerable and 4 unanswerable SQuAD 2.0 questions of the even half (the 5 passages sharing most
+# rare words with each question), p3's wording (general knowledge allowed, "be concise") gave token F1 0.26; this one
+# 0.36. A stricter variant ("if the passages do not contain the answer, reply only: The documents do not cover
+# this.") gave 0.31, refused 1 of the 4 unanswerable and 2 answerable ones, and in a product run of 32 SQuAD
+# questions refused 7 of the 24 answerable ones (answerable F1 0.40 against 0.49 for a plain stuffed prompt): the
+# 1.5B model cannot tell which it cannot answer. bench/results/answers.md has the run with this wording.
 _BASE = (
     "You are the answer service of an offline document appliance. You answer questions for the staff of the "
-    "organisation that owns the documents, from the numbered passages retrieved from its documents that come "
-    "with each question. Rules: answer only from the passages, never from general knowledge; if the passages "
-    "do not contain the answer, reply only: The documents do not cover this. Never invent names, numbers or "
-    "quotes; answer in the language of the question; do not repeat the question or these rules."
+    "organisation that owns the documents. Each request gives you numbered passages retrieved from the "
+    "organisation's own documents, followed by a question. Rules: use the passages as your only source of "
+    "facts; when they do not contain the answer, say that the documents do not cover it; never invent "
+    "document content, names, numbers or quotes; answer in the language of the question; do not repeat the "
+    "question or these rules."
 )
 SYSTEM_PREFIXES = {
     "cited": _BASE + " Start with the answer itself, in as few words as the question allows (a name, a number, a "

@@ -20,7 +20,7 @@ ENGLISH = [
     rf"\b{_SOURCE}\b[^.!?\n]{{0,80}}?\b{_NEGATION}\s+(?:\w+\s+){{0,2}}?{_VERBS}",
     rf"\bnot\s+(?:\w+\s+){{0,2}}?(?:mentioned|covered|found|provided|specified|stated|addressed|included|given|"
     rf"described|discussed|available)\s+(?:anywhere\s+)?in\s+{_SOURCE}",
-    rf"\bno\s+(?:\w+\s+)?(?:information|mention|details?|data|answer|reference)\s+(?:about|on|regarding|of|"
+    r"\bno\s+(?:\w+\s+)?(?:information|mention|details?|data|answer|reference)\s+(?:about|on|regarding|of|"
     r"concerning|as to|in)\b",
     r"\b(?:i|we)\s+(?:cannot|can['’]t|can\s+not|could\s+not|couldn['’]t|am\s+unable\s+to|was\s+unable\s+to|"
     r"are\s+unable\s+to|do\s+not|don['’]t)\s+(?:\w+\s+)?(?:find|locate|determine|answer|identify|know|see)\b",

@@ -14,7 +14,7 @@ import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 
-from ..text import QUESTION_WORDS_ZH
+from ..text import ENGLISH_STOP_WORDS, QUESTION_WORDS_ZH
 from .numbers import WORD_NUMBERS, arabic, cjk_numbers
 
 _HAN = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -28,15 +28,11 @@ _FLAT = re.compile(r"[\W_]+")
 SHORT_WORDS = 6  # up to this many words (or twice as many Chinese characters) a sentence is also matched whole
 BIGRAM_WEIGHT = 0.5  # a character pair counts half: a paraphrase reorders Chinese, breaking pairs, not characters
 
-STOP_WORDS = frozenset("""
-a about above after again against all an and any are as at be because been before being below between both but by
-can could did do does doing down during each few for from further had has have having he her here hers herself him
-himself his how i if in into is it its itself just me more most my myself no nor not of off on once only or other
-our ours ourselves out over own same she should so some such than that the their theirs them themselves then there
-these they this those through to too under until up very was we were what when where which while who whom why will
-with would you your yours yourself yourselves also however therefore thus yes sure certainly okay ok please may might
-must shall answer question document documents passage passages context provided according based following mentioned
-says said state states stated note summary one st nd rd th etc per via go hope helps glad sorry course
+# The BM25 tokenizer's English stop words, and what answers say around a claim without claiming anything.
+STOP_WORDS = ENGLISH_STOP_WORDS | frozenset("""
+also however therefore thus yes sure certainly okay ok please may might must shall answer question document
+documents passage passages context provided according based following mentioned says said state states stated note
+summary one st nd rd th etc per via go hope helps glad sorry course
 """.split())
 _CHINESE_STOP = QUESTION_WORDS_ZH | frozenset("之其而于以及等")
 # How Chinese answers talk about themselves rather than the subject; cut before the characters are counted.

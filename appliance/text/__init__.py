@@ -8,9 +8,9 @@ from .language import (AUTO, HAN, LANGUAGES, QUESTION_WORDS_ZH, Language, conten
 from .normalise import content_hash, has_cjk, markdown_title, normalise_text
 from .question import QuestionFeatures, normalise_question, question_features, question_key
 from .router_weights import RouterWeights
-from .tokenize import BM25Tokenizer
+from .tokenize import ENGLISH_STOP_WORDS, BM25Tokenizer
 
-__all__ = ["AUTO", "BM25Tokenizer", "Chunk", "HAN", "LANGUAGES", "QUESTION_WORDS_ZH", "Language", "Placed", "QuestionFeatures", "RouterWeights",
+__all__ = ["AUTO", "BM25Tokenizer", "ENGLISH_STOP_WORDS", "Chunk", "HAN", "LANGUAGES", "QUESTION_WORDS_ZH", "Language", "Placed", "QuestionFeatures", "RouterWeights",
            "Turn", "chunk_blocks", "chunk_text", "content_chars", "content_hash", "depends_on_history", "detect_language",
            "expand_question", "has_cjk", "history_query", "markdown_title", "normalise_question", "normalise_text",
            "question_features", "question_key", "question_language", "salient_terms"]

@@ -8,6 +8,8 @@ SYSTEM_NOTES = {
                "default), loop stop",
     "extractive": "`generate.answer_mode = extractive`: no engine, the best sentences of the best passages, cited",
     "smollm2": "both engines on SmolLM2 (the old default model); everything else default",
+    "qwen0.5b": "the engine on Qwen2.5-Coder-0.5B-Instruct (models/extra: the candidate for a small engine), both "
+                "cores; everything else default",
     "plain": "the default model behind LlamaIndex's default text-QA prompt through the chat template, the same "
              "passages, no floor, no check acting, no citations asked (answers_kit/plain.py)",
 }

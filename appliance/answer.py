@@ -18,7 +18,7 @@ from .answer_checks import NOT_COVERED, check_generated, extractive, not_checked
 from .config import ConversationSettings, GenerateSettings, RouterSettings
 from .generate import EngineDown, EngineSet, Passage, Router, TextEngine, build_prompt, fit_tokens, recent_history
 from .generate.repetition import repeated_tail
-from .grounding import Grounding, cited_numbers
+from .grounding import SUPPORTED, Grounding, cited_numbers
 from .retrieve import Hit, PartitionFilter, Retriever, SearchResult
 from .text import Turn, has_cjk, normalise_question
 from .timings import Stage, Timings, ms_since
@@ -329,10 +329,19 @@ class Answerer:
         return self.generate.max_tokens_concise if task == "concise" else self.generate.max_tokens_cited
 
 
-def cited_sources(sources: list[Source], text: str) -> list[Source]:
-    """The sources the answer cites; all of them when it cites none (a degraded answer, or a model that does not
-    cite: nothing tells which it used)."""
-    cited = set(cited_numbers(text))
+def answer_citations(done: Done) -> list[int]:
+    """The passages an answer cites; for one that cites none, the best passage of each sentence the check found
+    supported (attached to the answer as its citations, never written into its text: a stream has sent it)."""
+    if cited := cited_numbers(done.text):
+        return cited
+    sentences = done.grounding.sentences if done.grounding else ()
+    return list(dict.fromkeys(s.passages[0] for s in sentences if s.label == SUPPORTED and s.passages))
+
+
+def cited_sources(sources: list[Source], done: Done) -> list[Source]:
+    """The sources the answer cites (or the check attached); all of them when there are none (a degraded answer,
+    or one nothing supports: nothing tells which passages it used)."""
+    cited = set(answer_citations(done))
     chosen = [s for s in sources if s.n in cited]
     return chosen or sources
 

@@ -1,8 +1,8 @@
 """What happens to an answer once its text is complete, and the answers made without an engine.
 
 A generated answer's citations are validated (a number naming no passage of its prompt is removed), it is checked
-against the passages it was given (`appliance.grounding`: each sentence supported, partly or unsupported), an
-answer that cites nothing gets the passages that support it, and `generate.unsupported` decides what an
+against the passages it was given (`appliance.grounding`: each sentence supported, partly or unsupported; an
+answer that cites nothing is given the passages that support it as its citations, answer.py), and `generate.unsupported` decides what an
 unsupported answer becomes: the answer, labelled (`label`); the passages' own sentences that come closest,
 quoted and cited (`quote`); or the words that the documents do not cover it (`refuse`).
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .grounding import (NOT_CHECKED, SUPPORTED, UNSUPPORTED, Grounding, SentenceGrounding, attach_citations,
-                        check_answer, cited_numbers, extractive_answer, supporting_quotes, validate_citations)
+from .grounding import (NOT_CHECKED, SUPPORTED, UNSUPPORTED, Grounding, SentenceGrounding, check_answer,
+                        extractive_answer, supporting_quotes, validate_citations)
 from .retrieve import Hit
 
 UNSUPPORTED_POLICIES = ("label", "quote", "refuse")
@@ -38,9 +38,7 @@ def check_generated(text: str, passages: Sequence[str], question: str, policy: s
         return Checked(text, not_checked(), False)
     grounding = check_answer(text, passages, question)
     if grounding.label != UNSUPPORTED or policy == "label":
-        if grounding.label != NOT_CHECKED and not cited_numbers(text):
-            text = attach_citations(text, grounding)
-        return Checked(text, grounding, False)
+        return Checked(text, grounding, False)  # an answer citing nothing gets its support as `cited` (answer.py)
     if policy == "quote" and (quoted := supporting_quotes(grounding, passages, question=question)):
         return Checked(f"{QUOTE_LEAD}\n{quoted}", check_answer(quoted, passages, question), True)
     return Checked(NOT_COVERED, not_checked(), True)

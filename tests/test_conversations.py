@@ -283,7 +283,7 @@ def test_sources_are_the_passages_the_answer_cites(settings, tokenizer):
     from appliance.serve.responses import Answer, answer_json
 
     citing = ScriptedEngine("small", tokenizer, Script(tokens=["Malaria is treatable", " [2]", "."]))
-    silent = ScriptedEngine("small", tokenizer, Script(tokens=["It is treatable."]))
+    silent = ScriptedEngine("small", tokenizer, Script(tokens=["Nobody knows for sure."]))  # supported by none
     replies = []
     for engine in (citing, silent):
         async def go(engine=engine):

@@ -412,7 +412,8 @@ def test_engines_refuse_awq_where_vllm_has_no_kernel(tiny_llm, tiny_awq, tmp_pat
     from appliance.generate import EngineConfigError, build_vllm_engines
 
     monkeypatch.setattr(os, "environ", os.environ.copy())  # the engines set their variables: not for later tests
-    s = load_settings(env={"APPLIANCE_SMALL_MODEL": str(tiny_awq), "APPLIANCE_LARGE_MODEL": str(tiny_llm)})
+    s = load_settings(env={"APPLIANCE_SMALL_ENABLED": "true", "APPLIANCE_SMALL_MODEL": str(tiny_awq),
+                           "APPLIANCE_LARGE_MODEL": str(tiny_llm)})
     if vllm_can_run_awq():
         engines = build_vllm_engines(s.engines(), s.generate, tmp_path, tmp_path)  # accepted; not started here
         assert engines["small"].model == tiny_awq.resolve()

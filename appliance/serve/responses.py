@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..answer_checks import grounding_json
-from ..answer import Done, Failed, Route, Source, Sources, Usage, citation, cited_numbers, cited_sources
+from ..answer import Done, Failed, Route, Source, Sources, Usage, answer_citations, citation, cited_sources
 from ..generate import EngineStatus
 from ..file_ingest import FilesResult
 from ..library import IngestResult, PartitionInfo
@@ -61,7 +61,7 @@ def sources_json(s: Sources) -> dict[str, Any]:
 
 
 def done_json(d: Done) -> dict[str, Any]:
-    return {"answer": d.text, "cited": cited_numbers(d.text), "finish_reason": d.finish_reason,
+    return {"answer": d.text, "cited": answer_citations(d), "finish_reason": d.finish_reason,
             "degraded": d.degraded, "cache": d.cache, "grounding": grounding_json(d.grounding),
             "route": route_json(d.route), "usage": usage_json(d.usage), "timings_ms": d.timings.as_dict()}
 
@@ -129,7 +129,7 @@ class ChatMeta:
 
 
 def answer_json(a: Answer, request_id: str) -> dict[str, Any]:
-    return {"id": request_id, "sources": [source_json(x) for x in cited_sources(a.sources.sources, a.done.text)],
+    return {"id": request_id, "sources": [source_json(x) for x in cited_sources(a.sources.sources, a.done)],
             "partitions": a.sources.partitions, "standalone_question": a.sources.standalone_question,
             **done_json(a.done)}
 
@@ -146,7 +146,7 @@ def chat_completion_json(a: Answer, chat: ChatMeta) -> dict[str, Any]:
         "choices": [{"index": 0, "message": {"role": "assistant", "content": d.text},
                      "finish_reason": openai_finish(d.finish_reason)}],
         "usage": openai_usage_json(d.usage),
-        "sources": [source_json(x) for x in cited_sources(a.sources.sources, d.text)],
+        "sources": [source_json(x) for x in cited_sources(a.sources.sources, d)],
         "standalone_question": a.sources.standalone_question,
         "route": route_json(d.route), "degraded": d.degraded, "cache": d.cache, "timings_ms": d.timings.as_dict(),
         "grounding": grounding_json(d.grounding),
@@ -161,7 +161,7 @@ def chat_chunk_json(chat: ChatMeta, delta: dict[str, Any], finish: str | None, *
 def chat_last_chunk_json(chat: ChatMeta, d: Done) -> dict[str, Any]:
     """The chunk that ends a streamed completion: its finish reason, usage and the appliance's own fields."""
     return chat_chunk_json(chat, {}, openai_finish(d.finish_reason), usage=openai_usage_json(d.usage),
-                           cited=cited_numbers(d.text), route=route_json(d.route), degraded=d.degraded, cache=d.cache,
+                           cited=answer_citations(d), route=route_json(d.route), degraded=d.degraded, cache=d.cache,
                            timings_ms=d.timings.as_dict(), grounding=grounding_json(d.grounding))
 
 

@@ -12,7 +12,7 @@ serve: setup
 # Run the test suite (real models, real indexes, a real server on loopback, the console in a real chromium, the
 # offline package built, installed and run in a network namespace, three boxes behind a real HAProxy).
 test: setup browser package-tools cluster-tools
-    {{py}} -m pytest -q
+    {{py}} -m pytest -q --durations=15
 
 # The self-extracting offline package dist/rag-appliance-<version>-<flavour>.run, its .sha256 and SBOM (packaging/).
 # gpu: the same recipe from a venv with the CUDA `vllm` (build/venv-gpu; a large download, not run on these boxes).

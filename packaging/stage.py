@@ -51,7 +51,8 @@ def assemble(stage: Path, tree: Path, version: str, flavour: str, models_dir: Pa
 
 
 def _copy_models(models_dir: Path, dest: Path) -> list[BundledModel]:
-    """models/*.toml and each built folder (without build locks); a missing folder stops the build."""
+    """models/*.toml, the notices they name (the manifests load only with them) and each built folder (without
+    build locks); a missing folder stops the build."""
     (dest / "build").mkdir(parents=True)
     models = []
     for name, manifest in load_manifests(models_dir).items():
@@ -59,6 +60,10 @@ def _copy_models(models_dir: Path, dest: Path) -> list[BundledModel]:
         if not built.is_dir():
             raise SystemExit(f"model {name} is not built: run `appliance models build` first")
         shutil.copy(models_dir / f"{name}.toml", dest / f"{name}.toml")
+        for _, source in manifest.notices:
+            kept = dest / source.relative_to(models_dir)
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, kept)
         shutil.copytree(built, dest / "build" / name, ignore=shutil.ignore_patterns("*.lock", "*.part"),
                         copy_function=_link_or_copy)
         models.append(_describe_model(manifest, built))

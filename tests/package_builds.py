@@ -38,9 +38,12 @@ def named(version: str) -> dict:
 
 
 def inputs_key(models_dir: Path) -> str:
-    """What the builds depend on: the freeze's own key, the packaging files and the built models."""
+    """What the builds depend on: the freeze's own key, the packaging files, the manifests with their notices and the
+    built models."""
     key = hashlib.sha256(freeze_key("cpu").encode())
-    for path in sorted([*(ROOT / "packaging").glob("*"), *(models_dir / "build").rglob("*")]):
+    inputs = [*(ROOT / "packaging").glob("*"), *models_dir.glob("*.toml"), *(models_dir / "licences").glob("*"),
+              *(models_dir / "build").rglob("*")]
+    for path in sorted(inputs):
         if path.is_file():
             key.update(path.name.encode() + str(path.stat().st_size).encode() + str(path.stat().st_mtime).encode())
     return key.hexdigest()

@@ -45,9 +45,10 @@ def test_answers_stream_as_events(keyed):
     live, keys = keyed
     with ApplianceClient(live.url, keys["acme"]) as client:
         events = list(client.stream_sse("/v1/ask", {"question": "who logged the ships?", "stream": True}))
-    assert [event for event, _ in events] == ["sources", "done"]  # generation is off: retrieval-only
-    sources, done = events[0][1], events[1][1]
+    assert [event for event, _ in events] == ["sources", "token", "done"]  # generation is off: retrieval-only
+    sources, token, done = (data for _, data in events)
     assert sources["sources"][0]["document_id"] == "a" and done["degraded"] and TEXT in done["answer"]
+    assert token["text"] == done["answer"], "the degraded answer reaches a client that reads only tokens"
     with ApplianceClient(live.url) as client, pytest.raises(ServerError) as refused:
         list(client.stream_sse("/v1/ask", {"question": "who logged the ships?", "stream": True}))
     assert refused.value.status == 401

@@ -352,6 +352,6 @@ def test_readme_curl_examples_and_the_openai_client_still_work(hostile, tmp_path
                     default_headers={"X-Tenant": NORMAL})
     reply = client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "What is XK-4471?"}])
     assert reply.choices[0].message.content == "The answer."
-    streamed = client.chat.completions.create(model="small", stream=True,
+    streamed = client.chat.completions.create(model="large", stream=True,
                                               messages=[{"role": "user", "content": "What is XK-4471?"}])
     assert "".join(ch.choices[0].delta.content or "" for ch in streamed) == "The answer."

@@ -194,7 +194,7 @@ def test_upgrade_keeps_data_a_broken_build_rolls_back_and_reinstall_keeps_data(b
     install = ["--prefix", str(prefix), "--no-service", "--port", str(port)]
     assert _sh(builds["previous"], "install", *install).returncode == 0
     settings = prefix / "etc" / "appliance.toml"
-    settings.write_text(settings.read_text() + "\n[large]\nenabled = false  # an admin's edit: one engine\n")
+    settings.write_text(settings.read_text() + "\n[generate]\nmax_tokens_cited = 160  # an admin's edit\n")
     edited = settings.read_text()
 
     ingested, asked = _with_server(prefix, log, url, ("ingest", str(PDF), str(DOCX)), ("ask", QUESTION))

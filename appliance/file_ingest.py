@@ -11,13 +11,14 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from .config import ChunkSettings
 from .library import IngestResult, Library
 from .parse import PARSER_VERSION, ParsedDocument, ParseError, ParseErrorCode, ParserPool, PoolStats
 from .store import FileDocument, NewDocument, Place, SourceFile
+from .paths import file_sha256
 from .store.blobs import sha256_of
 from .text import chunk_blocks, content_hash
 
@@ -27,7 +28,7 @@ log = logging.getLogger("appliance.files")
 @dataclass(slots=True, frozen=True)
 class FileInput:
     name: str  # as the client named it; the document id unless `id` is given
-    data: bytes
+    data: bytes | Path  # the bytes, or a file (an upload waiting in the spool) read only when a worker parses it
     id: str | None = None
     metadata: dict[str, Any] | None = None
     source: str = ""
@@ -36,6 +37,12 @@ class FileInput:
     @property
     def key(self) -> str:
         return self.id or self.name
+
+    def size(self) -> int:
+        return len(self.data) if isinstance(self.data, bytes) else self.data.stat().st_size
+
+    def sha256(self) -> str:
+        return sha256_of(self.data) if isinstance(self.data, bytes) else file_sha256(self.data)
 
 
 @dataclass(slots=True, frozen=True)
@@ -83,8 +90,10 @@ class FileIngester:
                      wait: bool = True, wait_timeout_s: float | None = None, *,
                      language: str | None = None) -> FilesResult:
         """Parse and store the files; one outcome per file, in order (`kind`, `language`: as `Library.ingest`)."""
-        digests = await asyncio.to_thread(lambda: [sha256_of(f.data) for f in files])  # up to 256 MiB: off the loop
-        outcomes = self._refused(files)
+        sizes = await asyncio.to_thread(lambda: [f.size() for f in files])
+        outcomes = self._refused(files, sizes)
+        digests = await asyncio.to_thread(lambda: [f.sha256() if i not in outcomes else "" for i, f in
+                                                   enumerate(files)])  # up to 256 MiB: off the loop
         known = await asyncio.to_thread(self._stored, tenant, partition, [f.key for f in files])
         for i, f in enumerate(files):
             stored = known.get(f.key)
@@ -102,7 +111,7 @@ class FileIngester:
             if isinstance(result, ParseError):
                 outcomes[i] = FileOutcome(files[i].name, files[i].key, error=FileError(result.code, result.message))
             else:
-                prepared[i] = await asyncio.to_thread(self._prepare, files[i], digests[i], result)
+                prepared[i] = await asyncio.to_thread(self._prepare, files[i], digests[i], sizes[i], result)
         written = await self._write(tenant, partition, prepared, files, kind, wait, wait_timeout_s, language)
         statuses = {d.key: d for d in written.documents}
         for i, doc in prepared.items():
@@ -112,7 +121,7 @@ class FileIngester:
         return FilesResult(tenant, partition, written.version, written.indexed_version,
                            [outcomes[i] for i in range(len(files))], written.index_error, written.seq)
 
-    def _refused(self, files: list[FileInput]) -> dict[int, FileOutcome]:
+    def _refused(self, files: list[FileInput], sizes: list[int]) -> dict[int, FileOutcome]:
         """Files refused before parsing: past the size limit, or an id already used in the request."""
         outcomes: dict[int, FileOutcome] = {}
         seen: set[str] = set()
@@ -120,14 +129,14 @@ class FileIngester:
             if f.key in seen:
                 outcomes[i] = FileOutcome(f.name, f.key, error=FileError(
                     "duplicate_id", f"another file of this request already has the id {f.key!r}"))
-            elif len(f.data) > self.max_file_bytes:
+            elif sizes[i] > self.max_file_bytes:
                 outcomes[i] = FileOutcome(f.name, f.key, error=FileError(
                     ParseErrorCode.TOO_LARGE,
                     f"the file is larger than parse.max_file_bytes = {self.max_file_bytes} bytes"))
             seen.add(f.key)
         return outcomes
 
-    async def _parse(self, data: bytes, turns: asyncio.Semaphore) -> ParsedDocument | ParseError:
+    async def _parse(self, data: bytes | Path, turns: asyncio.Semaphore) -> ParsedDocument | ParseError:
         async with turns:
             try:
                 return await self.parser.parse(data)
@@ -154,10 +163,10 @@ class FileIngester:
         files = {d.key: d for d in store.file_documents(record.id, keys)}
         return {k: (d.content_hash, files.get(k)) for k, d in store.stored_documents(record.id, keys).items()}
 
-    def _prepare(self, f: FileInput, digest: str, parsed: ParsedDocument) -> NewDocument:
+    def _prepare(self, f: FileInput, digest: str, size: int, parsed: ParsedDocument) -> NewDocument:
         chunks = chunk_blocks(parsed.blocks, self.chunking)
         title = parsed.title or PurePosixPath(f.name).stem
-        source = SourceFile(PurePosixPath(f.name).name, digest, str(parsed.format), len(f.data), parsed.pages,
+        source = SourceFile(PurePosixPath(f.name).name, digest, str(parsed.format), size, parsed.pages,
                             PARSER_VERSION)
         return NewDocument(
             key=f.key, title=title, text=parsed.text, chunks=[c.text for c in chunks] or [title],

@@ -121,7 +121,7 @@ class Library:
 
     async def write(self, tenant: str, partition: str, prepared: list[NewDocument], kind: str | None = None,
                     wait: bool = True, wait_timeout_s: float | None = None,
-                    files: dict[str, bytes] | None = None, *, language: str | None = None,
+                    files: dict[str, bytes | Path] | None = None, *, language: str | None = None,
                     origin: str | None = None) -> IngestResult:
         """Store prepared documents (with the original bytes of those that came from files, by sha256), then
         index them as `ingest` does. A file no document refers to any more (replaced) is removed. `origin`: the

@@ -16,7 +16,7 @@ import typing
 from pathlib import Path
 from typing import Any, Mapping
 
-from .sections import ENGINE_ROLES, MAX_FUSION_WEIGHT, ClusterBox, EngineSettings, Settings
+from .sections import ENGINE_ROLES, MAX_FUSION_WEIGHT, ClusterBox, EngineSettings, ParseSettings, Settings
 
 ENV_PREFIX = "APPLIANCE_"
 
@@ -57,6 +57,7 @@ _POSITIVE = {
     ("server", "max_chat_message_chars"), ("server", "max_chat_chars"), ("server", "max_json_values"),
     ("server", "json_workers"), ("parse", "workers"), ("parse", "timeout_s"), ("parse", "max_file_bytes"),
     ("parse", "max_upload_bytes"), ("parse", "max_files_per_request"), ("parse", "max_unpacked_bytes"),
+    ("parse", "spool_max_bytes"),
     ("parse", "max_parts"), ("parse", "max_pages"), ("conversation", "rewrite_max_tokens"),
     ("conversation", "rewrite_timeout_s"), ("encoder", "threads"), ("encoder", "max_batch"),
     ("encoder", "queue_size"), ("encoder", "max_length"), ("encoder", "ingest_batch"),
@@ -186,6 +187,20 @@ def _index_errors(index) -> list[str]:
     return errors
 
 
+def _parse_errors(parse: ParseSettings) -> list[str]:
+    errors = []
+    if parse.max_memory_mib < 0:
+        errors.append("parse.max_memory_mib: must be 0 (unlimited) or more")
+    if parse.max_file_bytes > parse.max_upload_bytes:
+        errors.append("parse.max_file_bytes: must not exceed parse.max_upload_bytes")
+    if not 0 < parse.spool_tenant_share <= 1:
+        errors.append("parse.spool_tenant_share: must be above 0 and at most 1")
+    elif parse.spool_max_bytes * parse.spool_tenant_share < parse.max_upload_bytes:
+        errors.append("parse.spool_max_bytes: its tenant share must hold at least one upload of "
+                      "parse.max_upload_bytes")
+    return errors
+
+
 def _validate(settings: Settings) -> list[str]:
     errors = []
     for (section, name), allowed in _CHOICES.items():
@@ -229,11 +244,8 @@ def _validate(settings: Settings) -> list[str]:
                       f"{list(ENGINE_ROLES)}")
     if settings.conversation.history_turns < 0 or settings.conversation.history_tokens < 0:
         errors.append("conversation.history_turns and history_tokens: must be 0 (no history) or more")
-    if settings.parse.max_memory_mib < 0:
-        errors.append("parse.max_memory_mib: must be 0 (unlimited) or more")
     errors.extend(_index_errors(settings.index))
-    if settings.parse.max_file_bytes > settings.parse.max_upload_bytes:
-        errors.append("parse.max_file_bytes: must not exceed parse.max_upload_bytes")
+    errors.extend(_parse_errors(settings.parse))
     for name in ("max_documents", "max_partitions", "max_text_bytes"):
         if getattr(settings.quota, name) < 0:
             errors.append(f"quota.{name}: must be 0 (unlimited) or more")

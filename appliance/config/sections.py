@@ -121,6 +121,8 @@ class ParseSettings:
     max_file_bytes: int = 64 * 1024 * 1024  # one file, as uploaded
     max_upload_bytes: int = 256 * 1024 * 1024  # one POST /v1/files body, all its files together
     max_files_per_request: int = 100
+    spool_max_bytes: int = 4 * 1024 * 1024 * 1024  # uploads in progress, on disk (data_dir/spool), box-wide: 503
+    spool_tenant_share: float = 0.5  # of spool_max_bytes, per tenant: 429
     max_unpacked_bytes: int = 512 * 1024 * 1024  # what an Office file's parts add up to once unpacked
     max_parts: int = 10_000  # parts in an Office file
     max_pages: int = 5_000
@@ -383,6 +385,10 @@ class Settings:
     @property
     def store_path(self) -> Path:
         return self.data_dir / "store.sqlite3"
+
+    @property
+    def spool_dir(self) -> Path:  # uploads in progress (emptied at boot)
+        return self.data_dir / "spool"
 
     @property
     def files_dir(self) -> Path:

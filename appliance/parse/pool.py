@@ -28,6 +28,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from typing import NoReturn
 
 from .document import ParsedDocument, ParseError, ParseErrorCode, ParseLimits
@@ -124,7 +125,8 @@ class ParserPool:
         self._check_open()
         await asyncio.gather(*(self._launch() for _ in range(self._size - len(self._workers) - len(self._starts))))
 
-    async def parse(self, data: bytes) -> ParsedDocument:
+    async def parse(self, data: bytes | Path) -> ParsedDocument:
+        """Parse `data`, or a file read once a slot is free (at most `workers` files in memory, however many wait)."""
         self._check_open()
         self._queued += 1
         try:
@@ -132,6 +134,8 @@ class ParserPool:
         finally:
             self._queued -= 1
         try:
+            if isinstance(data, Path):
+                data = await asyncio.to_thread(data.read_bytes)
             return await self._job(await self._take(), data)
         finally:
             self._slots.release()

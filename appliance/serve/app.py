@@ -32,6 +32,7 @@ from .origin import HostPolicy, OriginCheck
 from .routes import BODY_TYPES, ROUTES
 from .schemas import openapi
 from .site import BoxHeader, drain_on_sigterm
+from .spool import UploadSpool
 from .telemetry import Telemetry
 from .watch import BodyPace
 
@@ -105,8 +106,11 @@ def _edge(settings: Settings) -> Edge:
     gate = Gate(keys, TokenBuckets(a.rate_per_s, a.burst), a.max_in_flight, metrics.rejected, telemetry.finish,
                 pace)
     metrics.set_gauge_source("appliance_in_flight_requests", "requests in progress", lambda: gate.in_flight)
+    spool = UploadSpool(settings.spool_dir, settings.parse.spool_max_bytes, settings.parse.spool_tenant_share)
+    metrics.set_gauge_source("appliance_upload_spool_bytes", "bytes reserved by uploads in progress",
+                             lambda: spool.held)
     return Edge(settings, BodySpecs.from_settings(settings), openapi(settings), metrics, telemetry, gate,
-                BodyParser(settings.server))
+                BodyParser(settings.server), spool)
 
 
 async def _boot(app: Starlette, edge: Edge, stack: contextlib.AsyncExitStack, open_services: OpenServices) -> None:
@@ -117,6 +121,7 @@ async def _boot(app: Starlette, edge: Edge, stack: contextlib.AsyncExitStack, op
         app.state.boot = BootState(Phase.FAILED, f"{type(exc).__name__}: {exc}")
         log.exception("boot failed")
         return
+    await asyncio.to_thread(edge.spool.clear)  # the data folder is locked now: its spool is ours
     edge.metrics.attach_engines(services.engines.status)
     _parser_gauges(edge.metrics, services.files.parser_stats)
     services.engines.on_sample(edge.metrics.engine_sample)

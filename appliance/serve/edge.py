@@ -17,6 +17,7 @@ from .admission import Gate
 from .bodies import Body, BodyParser, BodySpecs
 from .errors import ApiError
 from .metrics import Metrics
+from .spool import UploadSpool
 from .telemetry import Telemetry
 from .validation import NAME_PATTERN, Spec, validate
 
@@ -36,6 +37,7 @@ class Edge:
     telemetry: Telemetry
     gate: Gate
     parser: BodyParser
+    spool: UploadSpool  # uploads in progress, on disk within a byte budget
 
 
 class Phase(StrEnum):

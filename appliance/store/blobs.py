@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import uuid
 from pathlib import Path
 
-from ..paths import fsync_dir
+from ..paths import file_sha256, fsync_dir
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -32,19 +33,18 @@ class BlobStore:
             raise ValueError(f"not a sha256: {sha256!r}")
         return self.folder / sha256[:2] / sha256
 
-    def put(self, data: bytes, sha256: str | None = None) -> str:
-        """Keep the bytes (once per content); returns their sha256."""
-        digest = sha256 or sha256_of(data)
+    def put(self, data: bytes | Path, sha256: str | None = None) -> str:
+        """Keep the bytes, or a file's (an upload in the spool: linked, not copied, where it can be), once per
+        content; returns their sha256."""
+        digest = sha256 or (sha256_of(data) if isinstance(data, bytes) else file_sha256(data))
         final = self.path(digest)
-        if final.exists() and final.stat().st_size == len(data):
+        size = len(data) if isinstance(data, bytes) else data.stat().st_size
+        if final.exists() and final.stat().st_size == size:
             return digest
         final.parent.mkdir(exist_ok=True)
         tmp = final.parent / f".tmp-{uuid.uuid4().hex}"
         try:
-            with open(tmp, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
+            _write(tmp, data)
             os.replace(tmp, final)
         except BaseException:
             tmp.unlink(missing_ok=True)  # a full disk leaves nothing half-written behind
@@ -60,3 +60,18 @@ class BlobStore:
 
     def discard(self, sha256: str) -> None:
         self.path(sha256).unlink(missing_ok=True)
+
+
+def _write(tmp: Path, data: bytes | Path) -> None:
+    if isinstance(data, Path):
+        try:
+            os.link(data, tmp)  # the spool is on the data folder's file system: no copy
+        except OSError:
+            shutil.copyfile(data, tmp)
+        with open(tmp, "rb") as out:
+            os.fsync(out.fileno())
+        return
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())

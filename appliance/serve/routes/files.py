@@ -3,6 +3,7 @@ answer per file) and GET /v1/documents/{id}/file (a document's original file).""
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from starlette.requests import Request
@@ -17,8 +18,12 @@ from ..edge import NAME, copies_json, edge, name_param, require_ready, tenant_of
 from ..errors import ApiError
 from ..responses import files_json
 from ..body_schemas import DOCUMENT_ID, LANGUAGE_CHOICES
+from ..spool import SpooledUpload
 from ..uploads import read_upload
 from ..validation import validate
+
+if TYPE_CHECKING:
+    from ...wiring import Services
 
 SUPPORTED = ["PDF (with a text layer)", "DOCX", "PPTX", "HTML", "Markdown", "plain text (UTF-8, UTF-16, GB18030, "
              "Big5 and other common encodings)"]
@@ -29,8 +34,17 @@ _STATUS = {ParseErrorCode.UNSUPPORTED: 415, ParseErrorCode.TOO_LARGE: 413, "dupl
 
 async def post_files(request: Request) -> JSONResponse:
     services = require_ready(request)
+    # a keyed request's tenant is known before its body: its share of the spool is checked as the bytes come
+    spooled = edge(request).spool.open(request.state.tenant)
+    try:
+        return await _store_upload(request, services, spooled)
+    finally:
+        await asyncio.shield(asyncio.to_thread(spooled.close))  # a cancelled request's files go too
+
+
+async def _store_upload(request: Request, services: Services, spooled: SpooledUpload) -> JSONResponse:
     settings = edge(request).settings
-    upload = await read_upload(request, settings.parse)
+    upload = await read_upload(request, settings.parse, spooled)
     tenant = tenant_of(request, upload.fields.get("tenant"))
     partition = validate(upload.fields.get("partition"), NAME, "partition")
     kind = upload.fields.get("kind")
@@ -40,7 +54,7 @@ async def post_files(request: Request) -> JSONResponse:
     if language is not None and language not in LANGUAGE_CHOICES:
         raise ApiError.invalid(f"language must be one of {list(LANGUAGE_CHOICES)}", "language")
     metadata = upload.metadata()
-    files = [FileInput(f.name, f.data, metadata=metadata) for f in upload.files]
+    files = [FileInput(f.name, f.path, metadata=metadata) for f in upload.files]
     try:
         result = await services.files.ingest(tenant, partition, files, kind, upload.wait(),
                                              settings.server.ingest_wait_timeout_s, language=language)

@@ -4,13 +4,19 @@
 #
 #   sudo sh FILE install                        /opt/rag-appliance/<version>, a systemd unit, the appliance user
 #   sh FILE install --prefix DIR --no-service   into DIR, no user, no unit (containers, tests)
-#        [--data-dir DIR] [--port N] [--check-start] [--ready-timeout S]
+#        [--data-dir DIR] [--port N] [--memory-max SIZE] [--check-start] [--ready-timeout S]
 #   sh FILE uninstall [--prefix DIR] [--no-service] [--purge]    the data stays unless --purge
-#   sh FILE verify | info
+#   sh FILE verify | info | unit [--prefix DIR] [--data-dir DIR] [--memory-max SIZE]
 #
-# Nothing is written before the payload's checksum is verified; the unpacked files are checked against SHA256SUMS
-# before `current` moves. An upgrade that does not become ready (/readyz) is rolled back to the previous version.
+# The file is read once: its payload is hashed (and, with FILE.asc beside it and gpg installed, its signature
+# checked) while it unpacks into a staging folder, which is removed unless both match (exit 2). The unpacked files
+# are checked against SHA256SUMS before `current` moves. An upgrade that does not become ready (/readyz) is rolled
+# back to the previous version. DIRs: absolute, letters, digits and . _ / + - only.
 set -eu
+# pipefail where the shell has it; Debian 12's sh (dash 0.5.12) does not, so the payload's pipeline checks itself
+if (set -o pipefail) 2>/dev/null; then set -o pipefail; fi
+LC_ALL=C
+export LC_ALL
 VERSION="@VERSION@"
 FLAVOUR="@FLAVOUR@"
 PAYLOAD_SHA256="@PAYLOAD_SHA256@"
@@ -20,26 +26,93 @@ SELF=$0
 
 say() { printf 'rag-appliance: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
-payload() { tail -c +$((HEADER_BYTES + 1)) "$SELF"; }
+refuse() { say "$*"; exit 2; }
 
-verify() {
-    actual=$(payload | sha256sum | cut -d' ' -f1)
-    if [ "$actual" != "$PAYLOAD_SHA256" ]; then
-        say "this package is damaged (payload sha256 $actual, expected $PAYLOAD_SHA256): nothing was written"
-        exit 2
+# The checks and the unpacking share one read of this file: reading it again to unpack after hashing it would
+# install whatever replaced it in between. `tee` hands the bytes to gpg (the whole file, when a signature sits
+# beside it) and to sha256sum (the payload) while tar unpacks them into $1 (nothing: check only); $2 is a scratch
+# folder for the fifos. Returns when both checks passed; refuses (exit 2) otherwise, the caller's trap removing $1.
+read_checked() {
+    into=$1 scratch=$2 signer=""
+    mkfifo "$scratch/payload"
+    sha256sum <"$scratch/payload" >"$scratch/payload.sha256" &
+    hasher=$!
+    if signature_beside; then
+        mkfifo "$scratch/whole"
+        gpg --batch --verify "$SELF.asc" - <"$scratch/whole" >"$scratch/gpg.log" 2>&1 &
+        signer=$!
     fi
+    {
+        if [ -n "$signer" ]; then tee "$scratch/whole" <"$SELF" | tail -c +$((HEADER_BYTES + 1))
+        else tail -c +$((HEADER_BYTES + 1)) "$SELF"; fi
+    } | tee "$scratch/payload" | {
+        if [ -n "$into" ]; then tar -xzf - -C "$into" 2>"$scratch/tar.log" || : >"$scratch/tar.failed"; fi
+        cat >/dev/null  # what tar leaves unread (or all of it): the checks must see every byte
+    } || :  # a reader gone early (gpg refusing the signature, say) shows in the checks below
+    if [ -n "$signer" ] && ! wait "$signer"; then
+        sed 's/^/  /' "$scratch/gpg.log" >&2
+        refuse "the signature $SELF.asc does not verify this file: nothing was installed"
+    fi
+    wait "$hasher" || true
+    actual=$(cut -d' ' -f1 <"$scratch/payload.sha256")
+    if [ "$actual" != "$PAYLOAD_SHA256" ]; then
+        refuse "this package is damaged (payload sha256 $actual, expected $PAYLOAD_SHA256): nothing was written"
+    fi
+    if [ -e "$scratch/tar.failed" ]; then cat "$scratch/tar.log" >&2; die "the payload did not unpack"; fi
+    [ -z "$signer" ] || say "the signature $SELF.asc is good (gpg)"
+}
+
+signature_beside() {  # a detached signature (build.py --sign-key) beside this file, and gpg to check it
+    [ -f "$SELF.asc" ] || return 1
+    if ! command -v gpg >/dev/null 2>&1; then
+        say "gpg is not installed: $SELF.asc was not checked (only the payload's sha256)"
+        return 1
+    fi
+}
+
+# Folders end up in sed replacements, the TOML settings and the unit (where a space splits ReadWritePaths and %
+# starts a specifier): absolute, and only characters that none of these treats specially.
+check_folder() {  # $1: the option, $2: its value
+    case $2 in
+        /*) ;;
+        *) die "$1 '$2': give an absolute folder" ;;
+    esac
+    case $2 in
+        *[!A-Za-z0-9._/+-]*)
+            die "$1: only letters, digits and . _ / + - may name the folder (no spaces, quotes, backslashes, %)" ;;
+    esac
+    case $2/ in
+        */./*|*/../*|*//*) die "$1 '$2': no '.', '..' or empty parts" ;;
+    esac
+}
+
+check_number() {  # $1: the option, $2: its value, $3: the largest allowed
+    case $2 in
+        ''|*[!0-9]*|0*) die "$1 '$2': a whole number from 1" ;;
+    esac
+    [ "${#2}" -le 9 ] && [ "$2" -le "$3" ] || die "$1 '$2': at most $3"
+}
+
+# systemd's MemoryMax: bytes with an optional K/M/G/T, a share of the RAM (N%), or infinity
+check_memory_max() {
+    [ "$1" != infinity ] || return 0
+    case $1 in *%) check_number --memory-max "${1%\%}" 100; return ;; esac
+    case ${1%[KMGT]} in
+        ''|*[!0-9]*|0*) die "--memory-max '$1': bytes with K, M, G or T (16G), a share of the RAM (90%), or infinity" ;;
+    esac
 }
 
 # Options; the defaults depend on whether this is a service install.
 COMMAND=${1:-help}
 [ $# -gt 0 ] && shift
-PREFIX=""; SERVICE=1; PURGE=0; DATA=""; PORT=""; CHECK_START=0; READY_TIMEOUT=900
+PREFIX=""; SERVICE=1; PURGE=0; DATA=""; PORT=""; CHECK_START=0; READY_TIMEOUT=900; MEMORY_MAX=""
 while [ $# -gt 0 ]; do
     case $1 in
         --prefix) [ $# -ge 2 ] || die "--prefix needs a folder"; PREFIX=$2; shift ;;
         --data-dir) [ $# -ge 2 ] || die "--data-dir needs a folder"; DATA=$2; shift ;;
         --port) [ $# -ge 2 ] || die "--port needs a number"; PORT=$2; shift ;;
         --ready-timeout) [ $# -ge 2 ] || die "--ready-timeout needs seconds"; READY_TIMEOUT=$2; shift ;;
+        --memory-max) [ $# -ge 2 ] || die "--memory-max needs a size"; MEMORY_MAX=$2; shift ;;
         --no-service) SERVICE=0 ;;
         --check-start) CHECK_START=1 ;;
         --purge) PURGE=1 ;;
@@ -53,8 +126,11 @@ else
     [ -n "$PREFIX" ] || die "--no-service needs --prefix DIR"
     DATA=${DATA:-$PREFIX/data}; ETC=$PREFIX/etc
 fi
-case $PREFIX in /*) ;; *) PREFIX=$(pwd)/$PREFIX ;; esac
-case $DATA in /*) ;; *) DATA=$(pwd)/$DATA ;; esac
+check_folder --prefix "$PREFIX"
+check_folder --data-dir "$DATA"
+[ -z "$PORT" ] || check_number --port "$PORT" 65535
+check_number --ready-timeout "$READY_TIMEOUT" 86400
+[ -z "$MEMORY_MAX" ] || check_memory_max "$MEMORY_MAX"
 
 point_current() {  # atomically: a new link beside `current`, renamed over it
     ln -sfn "$1" "$PREFIX/.current.$$"
@@ -86,13 +162,25 @@ service_user() {
     chown appliance:appliance "$DATA"; chmod 0750 "$DATA"
 }
 
+# The unit as installed: this box's folders, and MemoryMax from --memory-max, else the installed unit's (an
+# upgrade keeps what the admin chose), else the template's.
+render_unit() {  # $1: the unit template
+    memory=$MEMORY_MAX
+    if [ -z "$memory" ] && [ -f "/etc/systemd/system/$UNIT" ]; then
+        memory=$(sed -n 's/^MemoryMax=//p' "/etc/systemd/system/$UNIT" | tail -n 1)
+        [ -z "$memory" ] || check_memory_max "$memory"
+    fi
+    sed -e "s|@PREFIX@|$PREFIX|g" -e "s|@DATA_DIR@|$DATA|g" \
+        -e "${memory:+s|^MemoryMax=.*|MemoryMax=$memory|}" "$1"
+}
+
 # Start the installed `current` and wait for /readyz. As a service: restart the unit. Otherwise (--check-start):
 # a trial run in the background, stopped once it answers.
 start_and_wait() {
     launcher="$PREFIX/current/bin/appliance"
     if [ "$SERVICE" = 1 ]; then
-        sed -e "s|@PREFIX@|$PREFIX|g" -e "s|@DATA_DIR@|$DATA|g" "$PREFIX/current/etc/$UNIT" \
-            > "/etc/systemd/system/$UNIT"
+        render_unit "$PREFIX/current/etc/$UNIT" > "/etc/systemd/system/$UNIT.new"
+        mv "/etc/systemd/system/$UNIT.new" "/etc/systemd/system/$UNIT"
         systemctl daemon-reload
         systemctl enable --quiet "$UNIT"
         systemctl restart "$UNIT"
@@ -111,25 +199,40 @@ start_and_wait() {
     return "$status"
 }
 
+# A failed install leaves nothing: its staging folder, and the folders it made for it when they are empty again.
+cleanup_install() {
+    rm -rf "$work"
+    folder=$PREFIX
+    while [ -n "$made" ] && rmdir "$folder" 2>/dev/null && [ "$folder" != "$made" ]; do
+        folder=$(dirname "$folder")
+    done
+}
+
 install_package() {
-    verify
     if [ "$SERVICE" = 1 ]; then
         [ "$(id -u)" = 0 ] || die "a service install needs root (sudo); or use --prefix DIR --no-service"
         # systemd's own test for a booted system (sd_booted): a container may have systemctl but no systemd
         [ -d /run/systemd/system ] && command -v systemctl >/dev/null \
             || die "systemd is not running here: use --prefix DIR --no-service"
     fi
-    mkdir -p "$PREFIX"
     previous=$(readlink "$PREFIX/current" 2>/dev/null || true)
     [ "$previous" != "$VERSION" ] || die "$VERSION is installed already in $PREFIX (uninstall first to reinstall)"
-    incoming="$PREFIX/.incoming-$VERSION.$$"
-    trap 'rm -rf "$incoming"' EXIT INT TERM
-    mkdir "$incoming"
+    made="" folder=$PREFIX  # the topmost folder this install makes
+    while [ ! -e "$folder" ]; do made=$folder; folder=$(dirname "$folder"); done
+    work="$PREFIX/.incoming-$VERSION.$$"
+    trap cleanup_install EXIT
+    trap 'exit 130' INT TERM
+    mkdir -p "$PREFIX"
+    # 0700: until its hash is known the unpacked tree is untrusted (a root install keeps modes, setuid included)
+    mkdir -m 0700 "$work"
+    mkdir "$work/tree"
     say "unpacking $VERSION ($FLAVOUR) into $PREFIX"
-    payload | tar -xzf - -C "$incoming"
-    (cd "$incoming" && sha256sum --check --quiet --strict SHA256SUMS) || die "the unpacked files do not match SHA256SUMS"
+    read_checked "$work/tree" "$work"
+    (cd "$work/tree" && sha256sum --check --quiet --strict SHA256SUMS) \
+        || die "the unpacked files do not match SHA256SUMS"
     rm -rf "${PREFIX:?}/$VERSION"  # a half-installed earlier attempt of this version
-    mv "$incoming" "$PREFIX/$VERSION"
+    mv "$work/tree" "$PREFIX/$VERSION"
+    rm -rf "$work"
     trap - EXIT INT TERM
     [ "$SERVICE" = 0 ] || service_user
     settings
@@ -150,9 +253,37 @@ install_package() {
     exit 3
 }
 
+# --purge deletes the data and settings folders, which --prefix and --data-dir name: only when they are what this
+# product made there, and never a system folder or someone's home.
+check_purge() {  # $1: a folder to delete (empty, or holding $2: a file that shows it is this product's)
+    [ -e "$1" ] || return 0
+    real=$(readlink -f "$1")
+    case $real in
+        /|/bin|/boot|/dev|/etc|/home|/lib*|/media|/mnt|/opt|/proc|/root|/run|/sbin|/srv|/sys|/tmp|/usr|/var)
+            die "--purge refuses to delete $real (a system folder)" ;;
+    esac
+    case $(dirname "$real") in
+        /|/usr|/var) die "--purge refuses to delete $real (a system folder)" ;;
+    esac
+    # every home but the appliance user's (its home is the data folder)
+    if getent passwd | awk -F: -v real="$real" '$1 != "appliance" && $6 == real { f = 1 } END { exit !f }'; then
+        die "--purge refuses to delete $real (a user's home)"
+    fi
+    if [ ! -d "$real" ] || [ -L "$1" ]; then
+        die "--purge refuses to delete $1: not a folder (a link: delete its target yourself)"
+    fi
+    if [ -n "$(ls -A "$real")" ] && [ ! -f "$real/$2" ]; then
+        die "--purge refuses to delete $real: it does not look like rag-appliance's (no $2); remove it yourself"
+    fi
+}
+
 uninstall_package() {
     if [ ! -e "$PREFIX/current" ] && [ ! -d "$PREFIX" ]; then  # --purge after an uninstall: what it kept
         { [ "$PURGE" = 1 ] && { [ -e "$DATA" ] || [ -e "$ETC" ]; }; } || die "nothing is installed in $PREFIX"
+    fi
+    if [ "$PURGE" = 1 ]; then  # before anything is removed
+        check_purge "$DATA" store.sqlite3
+        check_purge "$ETC" appliance.toml
     fi
     if [ "$SERVICE" = 1 ]; then
         [ "$(id -u)" = 0 ] || die "uninstalling the service needs root (sudo)"
@@ -160,8 +291,9 @@ uninstall_package() {
         rm -f "/etc/systemd/system/$UNIT"
         systemctl daemon-reload 2>/dev/null || true
     fi
-    for version in "$PREFIX"/*/bin/appliance; do
-        if [ -e "$version" ]; then rm -rf "${version%/bin/appliance}"; fi
+    for version in "$PREFIX"/*/bin/appliance; do  # this product's version folders only
+        folder=${version%/bin/appliance}
+        if [ -e "$version" ] && [ -f "$folder/SHA256SUMS" ]; then rm -rf "$folder"; fi
     done
     rm -f "$PREFIX/current"
     if [ -L "$PREFIX/etc" ]; then rm -f "$PREFIX/etc"; fi  # a service install's link to /etc/rag-appliance
@@ -175,11 +307,27 @@ uninstall_package() {
     rmdir "$PREFIX" 2>/dev/null || true
 }
 
+verify_package() {
+    scratch=$(mktemp -d)
+    trap 'rm -rf "$scratch"' EXIT
+    trap 'exit 130' INT TERM
+    read_checked "" "$scratch"
+    say "the package is intact ($VERSION, $FLAVOUR, payload sha256 $PAYLOAD_SHA256)"
+}
+
+show_unit() {  # the unit an install with these options writes (not checked: the admin reads it)
+    scratch=$(mktemp -d)
+    trap 'rm -rf "$scratch"' EXIT
+    tail -c +$((HEADER_BYTES + 1)) "$SELF" | tar -xzf - -C "$scratch" "./etc/$UNIT"
+    render_unit "$scratch/etc/$UNIT"
+}
+
 case $COMMAND in
     install) install_package ;;
     uninstall) uninstall_package ;;
-    verify) verify; say "the package is intact ($VERSION, $FLAVOUR, payload sha256 $PAYLOAD_SHA256)" ;;
+    verify) verify_package ;;
+    unit) show_unit ;;
     info) printf 'rag-appliance %s %s payload-sha256 %s\n' "$VERSION" "$FLAVOUR" "$PAYLOAD_SHA256" ;;
-    *) sed -n '2,12p' "$SELF" | sed 's/^# \{0,1\}//'; [ "$COMMAND" = help ] || exit 1 ;;
+    *) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$SELF" | sed '/^set /d'; [ "$COMMAND" = help ] || exit 1 ;;
 esac
 exit 0

@@ -42,12 +42,16 @@ def assemble(stage: Path, tree: Path, version: str, flavour: str, models_dir: Pa
     launcher.chmod(0o755)
     (stage / "etc").mkdir()
     shutil.copy(HERE / "appliance.toml.in", stage / "etc" / "appliance.toml.in")
-    unit = (HERE / "rag-appliance.service").read_text()
-    # vLLM on a GPU opens /dev/nvidia*; the cpu flavour needs no device at all
-    unit = unit.replace("@PRIVATE_DEVICES@", "no" if flavour == "gpu" else "yes")
-    (stage / "etc" / "rag-appliance.service").write_text(unit)
+    (stage / "etc" / "rag-appliance.service").write_text(unit_template(flavour))
     (stage / "VERSION").write_text(f"{version} {flavour}\n")
     return _copy_models(models_dir, stage / "models")
+
+
+def unit_template(flavour: str) -> str:
+    """The unit as packed; the installer fills in the box's folders (and MemoryMax)."""
+    unit = (HERE / "rag-appliance.service").read_text()
+    # vLLM on a GPU opens /dev/nvidia*; the cpu flavour needs no device at all
+    return unit.replace("@PRIVATE_DEVICES@", "no" if flavour == "gpu" else "yes")
 
 
 def _copy_models(models_dir: Path, dest: Path) -> list[BundledModel]:

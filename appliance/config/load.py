@@ -234,7 +234,9 @@ def _validate(settings: Settings) -> list[str]:
     errors.extend(_index_errors(settings.index))
     if settings.parse.max_file_bytes > settings.parse.max_upload_bytes:
         errors.append("parse.max_file_bytes: must not exceed parse.max_upload_bytes")
-    for name in ("max_documents", "max_partitions", "max_text_bytes"):
+    if bool(settings.server.tls_cert_file) != bool(settings.server.tls_key_file):
+        errors.append("server.tls_cert_file and server.tls_key_file: set both (HTTPS) or neither")
+    for name in ("max_documents", "max_partitions", "max_text_bytes", "max_file_bytes"):
         if getattr(settings.quota, name) < 0:
             errors.append(f"quota.{name}: must be 0 (unlimited) or more")
     if settings.telemetry.otel_exporter == "otlp" and not settings.telemetry.otel_endpoint:
@@ -249,6 +251,8 @@ def _cluster_errors(cluster) -> list[str]:
         return [] if not cluster.self else ["cluster.self: set without cluster.boxes (the file listing the boxes)"]
     errors = [f"cluster.{name}: required with cluster.boxes" for name in ("self", "secret_file")
               if not getattr(cluster, name)]
+    if cluster.ca_file and not Path(cluster.ca_file).is_file():
+        errors.append(f"cluster.ca_file: {cluster.ca_file} is not a file")
     if cluster.drain_grace_s < 0:
         errors.append("cluster.drain_grace_s: must be 0 or more")
     return errors
@@ -318,7 +322,7 @@ def _read_boxes(path: Path, self_name: str | None, errors: list[str]) -> tuple[C
         elif not isinstance(name, str) or not _BOX_NAME.fullmatch(name):
             errors.append(f"{where}: box {number}: `name` must be lowercase letters, digits, - or _ (up to 63)")
         elif not isinstance(url, str) or not _BOX_URL.fullmatch(url):
-            errors.append(f"{where}: box {number} ({name}): `url` must be http://host:port")
+            errors.append(f"{where}: box {number} ({name}): `url` must be http://host:port or https://host:port")
         elif any(b.name == name for b in boxes):
             errors.append(f"{where}: box {name!r} listed twice")
         else:

@@ -17,6 +17,8 @@ def add_cluster_commands(commands) -> None:
     config.add_argument("--bind", default="", help="the address HAProxy listens on (default: every address)")
     config.add_argument("--keys-map", help="HAProxy map file of key hashes -> tenants (see `cluster keys-map`), "
                         "so requests with a tenant's API key and no X-Tenant are routed by the key's tenant")
+    config.add_argument("--ca-file", help="the CA (PEM) HAProxy checks https:// boxes' certificates against "
+                        "(default: cluster.ca_file, else the system's CAs)")
     config.set_defaults(run=_config)
     keys_map = cluster.add_parser("keys-map", help="print the map file of API key sha256 -> tenant for HAProxy")
     keys_map.add_argument("--keys", type=Path, help="the keys file (default: admission.keys_file)")
@@ -44,7 +46,9 @@ def _config(settings: Settings, args) -> None:
         sys.exit(f"appliance: {exc}")
     if not 0 < args.port < 65536:
         sys.exit("appliance: --port must be from 1 to 65535")
-    print(haproxy_config(Site(boxes, boxes[0].name), str(path), f"{args.bind}:{args.port}", args.keys_map), end="")
+    ca_file = args.ca_file or settings.cluster.ca_file or None
+    print(haproxy_config(Site(boxes, boxes[0].name), str(path), f"{args.bind}:{args.port}", args.keys_map,
+                         ca_file), end="")
 
 
 def _keys_map(settings: Settings, args) -> None:
@@ -61,13 +65,15 @@ def _status(settings: Settings, args) -> None:
     import httpx
 
     from .cluster import load_secret
+    from .cluster.wire import box_tls
 
     c = settings.cluster
     if not c.boxes:
         sys.exit("appliance: cluster.boxes is not set: this box is not part of a site")
     secret = load_secret(c.secret_file)
     report = {}
-    with httpx.Client(timeout=10, trust_env=False, headers={"authorization": f"Bearer {secret}"}) as client:
+    with httpx.Client(timeout=10, trust_env=False, headers={"authorization": f"Bearer {secret}"},
+                      verify=box_tls(c.ca_file)) as client:
         for box in c.members:
             try:
                 ready = client.get(f"{box.url}/readyz").json().get("status")

@@ -185,11 +185,17 @@ class FileIngester:
 
     def original(self, tenant: str, key: str, partition: str | None = None) -> tuple[FileDocument, bytes] | None:
         """A document's original file and its bytes (a store and disk read: call from a worker thread)."""
+        found = self.original_file(tenant, key, partition)
+        return None if found is None else (found[0], found[1].read_bytes())
+
+    def original_file(self, tenant: str, key: str, partition: str | None = None) -> tuple[FileDocument, Path] | None:
+        """A document of the tenant's that came from a file, and where its kept file is (a store read: call from
+        a worker thread); None where the tenant has no such document."""
         for record in self.library.store.document_keys(tenant, key):
             if partition is not None and record.name != partition:
                 continue
             for doc in self.library.store.file_documents(record.id, [key]):
-                return doc, self.library.blobs.read(doc.file.sha256)
+                return doc, self.library.blobs.path(doc.file.sha256)
         return None
 
     async def reparse(self, tenant: str | None = None, partition: str | None = None,

@@ -212,7 +212,7 @@ class Library:
         text (None: still undecided)."""
         existing = self.store.get_partition(tenant, name)
         q = self._quota
-        if quotas and (q.max_documents or q.max_partitions or q.max_text_bytes):
+        if quotas and (q.max_documents or q.max_partitions or q.max_text_bytes or q.max_file_bytes):
             check_quota(q, self.store, tenant, existing, prepared)
         asked = language if language not in (None, AUTO) else None
         if existing is not None and asked is not None and existing.language not in (AUTO, asked):

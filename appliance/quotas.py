@@ -33,3 +33,16 @@ def check_quota(quota: QuotaSettings, store: Store, tenant: str, partition: Part
     if quota.max_text_bytes and grown > 0 and usage.text_bytes + grown > quota.max_text_bytes:
         raise QuotaExceeded("max_text_bytes", f"tenant {tenant!r} stores {usage.text_bytes} bytes of text; "
                             f"{grown} more would pass quota.max_text_bytes = {quota.max_text_bytes}", "documents")
+    if quota.max_file_bytes:
+        _check_file_bytes(quota.max_file_bytes, store, tenant, usage.file_bytes, list(latest.values()))
+
+
+def _check_file_bytes(limit: int, store: Store, tenant: str, used: int, docs: list[NewDocument]) -> None:
+    """Original files the tenant does not keep yet count once each (the blob store keeps one copy per sha256).
+    A file it keeps already adds nothing; a replaced file's bytes are freed only once the write is done."""
+    sizes = {doc.file.sha256: doc.file.size for doc in docs if doc.file is not None}
+    held = store.tenant_files(tenant, sizes) if sizes else set()
+    added = sum(size for sha, size in sizes.items() if sha not in held)
+    if added and used + added > limit:
+        raise QuotaExceeded("max_file_bytes", f"tenant {tenant!r} keeps {used} bytes of original files; "
+                            f"{added} more would pass quota.max_file_bytes = {limit}", "file")

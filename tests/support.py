@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import uvicorn
 
+from appliance.cluster.wire import box_tls
 from appliance.config import Settings, load_settings
 from appliance.evaluate import BeirData, load_beir
 
@@ -56,9 +57,9 @@ class LiveServer:
     """A real uvicorn server on a free loopback port, in a thread of this process, with the options `appliance
     serve` gives uvicorn. `open_services` replaces the real services (e.g. scripted engines)."""
 
-    def __init__(self, settings: Settings, api_key: str | None = None, open_services=None):
+    def __init__(self, settings: Settings, api_key: str | None = None, open_services=None, port: int | None = None):
         self.api_key = api_key  # sent by client() when the server has API keys
-        self.port = free_port()
+        self.port = port or free_port()
         self.settings = replace(settings, server=replace(settings.server, host="127.0.0.1", port=self.port))
         from appliance.serve import create_app, server_options
 
@@ -66,7 +67,10 @@ class LiveServer:
         config = uvicorn.Config(self.app, log_level="warning", lifespan="on", **server_options(self.settings))
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.url = f"http://127.0.0.1:{self.port}"
+        # a box serving HTTPS (server.tls_cert_file) is checked against the site's CA (cluster.ca_file)
+        tls = bool(settings.server.tls_cert_file)
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.verify = box_tls(settings.cluster.ca_file)
 
     def __enter__(self) -> "LiveServer":
         self.start()
@@ -80,7 +84,7 @@ class LiveServer:
         deadline = time.time() + timeout
         while time.time() < deadline:
             try:
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                if httpx.get(self.url + "/readyz", timeout=2, verify=self.verify).status_code == 200:
                     return
             except httpx.HTTPError:
                 pass
@@ -95,7 +99,7 @@ class LiveServer:
     def client(self, key: str | None = None) -> httpx.Client:
         key = key or self.api_key
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return httpx.Client(base_url=self.url, timeout=120, headers=headers)
+        return httpx.Client(base_url=self.url, timeout=120, headers=headers, verify=self.verify)
 
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True

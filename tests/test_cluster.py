@@ -171,3 +171,37 @@ def test_a_malformed_journal_entry_is_refused(value):
 def test_journal_change_roundtrip_without_document():
     change = JournalChange(5, "deleted", "t", "p", "default", "en", "k", None)
     assert change_of(change_json(change)) == change
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="Debian's haproxy is not installed (just test installs it)")
+def test_https_boxes_are_reached_over_tls_checked_against_the_sites_ca(tmp_path):
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(tmp_path / "ca.key"),
+                    "-out", str(tmp_path / "ca.pem"), "-days", "1", "-subj", "/CN=site-ca"], check=True,
+                   capture_output=True)
+    site = Site((ClusterBox("a", "https://box-a.internal:9000"), ClusterBox("b", "https://127.0.0.1:9001"),
+                 ClusterBox("c", "http://127.0.0.1:9002")), "a")
+    config = haproxy_config(site, "boxes.toml", "127.0.0.1:8000", None, str(tmp_path / "ca.pem"))
+    (tmp_path / "haproxy.cfg").write_text(config)
+    check = subprocess.run(["haproxy", "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    servers = {line.split()[1]: line for line in config.splitlines() if line.strip().startswith("server ")}
+    assert f"ssl verify required ca-file {tmp_path / 'ca.pem'} verifyhost box-a.internal" in servers["a"]
+    assert "ssl verify required ca-file" in servers["b"] and "verifyhost" not in servers["b"]  # an IP: no DNS name
+    assert "ssl" not in servers["c"]
+    default_ca = haproxy_config(site, "boxes.toml", "127.0.0.1:8000")
+    assert "ca-file @system-ca" in default_ca
+
+
+def test_tls_settings_are_checked(tmp_path):
+    (tmp_path / "boxes.toml").write_text('[[box]]\nname = "a"\nurl = "https://h:1"\n')
+    env = {"APPLIANCE_CLUSTER_BOXES": str(tmp_path / "boxes.toml"), "APPLIANCE_CLUSTER_SELF": "a",
+           "APPLIANCE_CLUSTER_SECRET_FILE": "s", "APPLIANCE_CLUSTER_CA_FILE": str(tmp_path / "missing.pem"),
+           "APPLIANCE_SERVER_TLS_CERT_FILE": "box.pem"}
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env=env)
+    assert "cluster.ca_file: " in str(caught.value) and "is not a file" in str(caught.value)
+    assert "server.tls_cert_file and server.tls_key_file: set both" in str(caught.value)
+    (tmp_path / "ca.pem").write_text("-")
+    settings = load_settings(env=env | {"APPLIANCE_CLUSTER_CA_FILE": str(tmp_path / "ca.pem"),
+                                        "APPLIANCE_SERVER_TLS_KEY_FILE": "box.key"})
+    assert settings.cluster.members == (ClusterBox("a", "https://h:1"),) and settings.server.tls_key_file == "box.key"

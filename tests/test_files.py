@@ -4,6 +4,7 @@ original bytes back; hostile requests refused with a clear JSON error and nothin
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 
 import httpx
@@ -321,3 +322,50 @@ def test_one_tenants_slow_files_do_not_hold_up_another_tenants_file(tmp_path, mo
     assert [f.status for f in calm.files] == ["created"], calm.files
     assert not flood_done_before, "the calm tenant's file waited for every file of the flood"
     assert [f.error.code for f in flooded.files] == ["parse_timeout"] * 8
+
+
+def test_a_download_is_named_for_its_detected_format_and_streamed_from_the_store(live):
+    page = b"<!doctype html><html><body><h1>Boiler</h1><p>The boiler restarts after a power cut.</p></body></html>"
+    note = b"The valve is replaced every second year, in spring, by the site engineer.\n" * 40
+    with live.client() as c:
+        assert _upload(c, [("evil.hta", page), ("run.bat", note)], partition="named").status_code == 200
+        html = c.get("/v1/documents/evil.hta/file", params={"partition": "named"})
+        text = c.get("/v1/documents/run.bat/file", params={"partition": "named"})
+        part = c.get("/v1/documents/run.bat/file", params={"partition": "named"}, headers={"Range": "bytes=0-9"})
+        other = c.get("/v1/documents/run.bat/file", params={"partition": "named"},
+                      headers={"Authorization": f"Bearer {live.keys['other']}"})
+    assert html.status_code == 200 and html.content == page
+    assert html.headers["content-disposition"] == "attachment; filename*=UTF-8''evil.html", "never .hta"
+    assert html.headers["content-type"].startswith("text/html")
+    assert html.headers["x-content-type-options"] == "nosniff" and html.headers["content-security-policy"] == "sandbox"
+    assert html.headers["etag"] == f'"{hashlib.sha256(page).hexdigest()}"'
+    assert text.content == note and text.headers["content-disposition"].endswith("''run.txt"), "never .bat"
+    # read from the kept file as it is sent (a range of it, too), not loaded whole first
+    assert part.status_code == 206 and part.content == note[:10], part.headers
+    assert other.status_code == 404 and other.json()["error"]["field"] == "id"
+
+
+def test_kept_files_count_against_the_tenants_file_quota(tmp_path, models_dir):
+    settings = make_settings(tmp_path, models_dir, quota_max_file_bytes="2500")
+    first, second = b"The pump is serviced every March. " * 40, b"The valve is replaced yearly. " * 50
+    with LiveServer(settings) as live, live.client() as c:
+        def upload(name: str, data: bytes, tenant: str = "acme") -> httpx.Response:
+            return _upload(c, [(name, data)], tenant=tenant)
+
+        kept = upload("a.txt", first)  # 1,360 bytes
+        same = upload("b.txt", first)  # the same file again: the store keeps it once, so it counts once
+        refused = upload("c.txt", second)  # 1,500 more would pass 2,500
+        listing = c.get("/v1/documents", params={"tenant": "acme", "partition": "docs"}).json()
+        other = upload("c.txt", second, tenant="other")  # another tenant's own quota
+        assert c.delete("/v1/documents/a.txt", params={"tenant": "acme", "partition": "docs"}).status_code == 200
+        still = upload("c.txt", second)  # b.txt still keeps the file: nothing was freed
+        assert c.delete("/v1/documents/b.txt", params={"tenant": "acme", "partition": "docs"}).status_code == 200
+        freed = upload("c.txt", second)
+    assert kept.status_code == 200 and same.status_code == 200, same.text
+    assert refused.status_code == 413, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "quota_exceeded" and "quota.max_file_bytes" in error["message"], error
+    assert error["field"] == "file"
+    assert {d["id"] for d in listing["documents"]} == {"a.txt", "b.txt"}, "nothing of the refused file stored"
+    assert other.status_code == 200 and freed.status_code == 200, freed.text
+    assert still.status_code == 413, still.text

@@ -7,6 +7,7 @@ or draining after SIGTERM), so a tenant moves to the one other box that holds it
 """
 from __future__ import annotations
 
+import ipaddress
 from collections import defaultdict
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -19,8 +20,10 @@ SLOTS_PER_LINE = 48  # HAProxy reads at most 64 words on a line
 CHECK = "check inter 1s fall 2 rise 2"  # down within ~2 s of a box failing; back after two good checks
 
 
-def haproxy_config(site: Site, boxes_file: str, bind: str, keys_map: str | None = None) -> str:
-    """The configuration text; `keys_map`: a map file of key sha256 -> tenant (`appliance cluster keys-map`)."""
+def haproxy_config(site: Site, boxes_file: str, bind: str, keys_map: str | None = None,
+                   ca_file: str | None = None) -> str:
+    """The configuration text; `keys_map`: a map file of key sha256 -> tenant (`appliance cluster keys-map`);
+    `ca_file`: the CA that signed https:// boxes' certificates (None: the system's CAs)."""
     pairs: dict[tuple[ClusterBox, ClusterBox | None], list[int]] = defaultdict(list)
     for slot in range(SLOTS):
         placed = site.slot_placement(slot)
@@ -34,7 +37,7 @@ def haproxy_config(site: Site, boxes_file: str, bind: str, keys_map: str | None 
                      f"map({keys_map}) if !{{ var(txn.tenant) -m found }} {{ req.hdr(authorization) -m found }}\n")
     values = {"@BOXES_FILE@": boxes_file, "@BIND@": bind, "@SLOTS@": str(SLOTS), "@KEYS_RULE@": keys_rule,
               "@SLOT_RULES@": "\n".join(rules), "@FIRST@": _backend_name(*ordered[0][0]),
-              "@BACKENDS@": "\n".join(_backend(*pair) for pair, _ in ordered)}
+              "@BACKENDS@": "\n".join(_backend(*pair, ca_file) for pair, _ in ordered)}
     text = TEMPLATE.read_text(encoding="utf-8")
     for key, value in values.items():
         text = text.replace(key, value)
@@ -55,16 +58,35 @@ def _backend_name(home: ClusterBox, backup: ClusterBox | None) -> str:
     return f"home_{home.name}" + (f"_backup_{backup.name}" if backup else "")
 
 
-def _backend(home: ClusterBox, backup: ClusterBox | None) -> str:
+def _backend(home: ClusterBox, backup: ClusterBox | None, ca_file: str | None) -> str:
     lines = [f"backend {_backend_name(home, backup)}",
              # HTTP/1.1 needs a Host: `localhost` is one every box answers, whatever its other names
              "    option httpchk",
              "    http-check send meth GET uri /readyz ver HTTP/1.1 hdr Host localhost",
              "    http-check expect status 200",
-             f"    server {home.name} {_address(home)} {CHECK}"]
+             f"    server {home.name} {_address(home)} {CHECK}{_tls(home, ca_file)}"]
     if backup is not None:
-        lines.append(f"    server {backup.name} {_address(backup)} {CHECK} backup")
+        lines.append(f"    server {backup.name} {_address(backup)} {CHECK}{_tls(backup, ca_file)} backup")
     return "\n".join(lines) + "\n"
+
+
+def _tls(box: ClusterBox, ca_file: str | None) -> str:
+    """An https:// box is reached over TLS, its certificate checked (and its /readyz checks too): against the
+    site's CA, and for the URL's host name."""
+    parts = urlsplit(box.url)
+    if parts.scheme != "https":
+        return ""
+    tls = f" ssl verify required ca-file {ca_file or '@system-ca'}"
+    # HAProxy checks a name against the certificate's DNS names; an IP address has none to check against
+    return tls if _is_ip(parts.hostname or "") else f"{tls} verifyhost {parts.hostname}"
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        return False
 
 
 def _address(box: ClusterBox) -> str:

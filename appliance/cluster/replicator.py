@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import hmac
 import json
 import logging
@@ -23,7 +24,7 @@ from ..config import ClusterBox, ClusterSettings
 from ..library import KindConflict, LanguageConflict, Library
 from ..store import JournalChange
 from .placement import Site
-from .wire import FeedPage, WireError, change_json, page_of
+from .wire import FeedPage, WireError, box_tls, change_json, page_of
 
 log = logging.getLogger("appliance.cluster")
 FEED_LIMIT = 200  # journal entries per pull
@@ -59,7 +60,8 @@ class Replicator:
         self.site, self.settings, self.library = site, settings, library
         self._secret = secret
         self._client = httpx.AsyncClient(headers={"authorization": f"Bearer {secret}"}, timeout=30,
-                                         trust_env=False)  # no proxy from the environment between boxes
+                                         trust_env=False,  # no proxy from the environment between boxes
+                                         verify=box_tls(settings.ca_file))
         store = library.store
         self.store_id = store.store_id
         self.peers = {b.name: PeerState(b, *store.peer_cursor(b.name)) for b in site.peers}
@@ -159,9 +161,10 @@ class Replicator:
             docs = [c.document for c in latest.values() if c.document is not None]
             if not docs:
                 continue
-            files = {}
-            for sha256 in {d.file.sha256 for d in docs if d.file} - set(await self._local_files(docs)):
-                files[sha256] = await self._fetch_file(peer, sha256)
+            announced = {d.file.sha256: d.file.size for d in docs if d.file}
+            files = {}  # all fetched and checked before anything of the run is written
+            for sha256 in set(announced) - set(await self._local_files(docs)):
+                files[sha256] = await self._fetch_file(peer, sha256, announced[sha256])
             first = entries[0]
             language = None if first.language == "auto" else first.language
             try:
@@ -178,10 +181,25 @@ class Replicator:
         blobs = self.library.blobs
         return [d.file.sha256 for d in docs if d.file and await asyncio.to_thread(blobs.exists, d.file.sha256)]
 
-    async def _fetch_file(self, peer: ClusterBox, sha256: str) -> bytes:
-        reply = await self._client.get(f"{peer.url}/cluster/files/{sha256}")
-        reply.raise_for_status()
-        return reply.content
+    async def _fetch_file(self, peer: ClusterBox, sha256: str, size: int) -> bytes:
+        """The peer's file, read no further than the size its journal announced and checked against that size and
+        sha256: a short, long or altered file raises WireError, so the run is not applied and is pulled again."""
+        digest, parts, got = hashlib.sha256(), [], 0
+        async with self._client.stream("GET", f"{peer.url}/cluster/files/{sha256}") as reply:
+            reply.raise_for_status()
+            async for chunk in reply.aiter_bytes():
+                got += len(chunk)
+                if got > size:
+                    break  # the rest is not read: a peer cannot make this box hold more than it announced
+                digest.update(chunk)
+                parts.append(chunk)
+        if got != size or digest.hexdigest() != sha256:
+            log.warning("cluster: file %s from %s refused: %s bytes (announced %d), sha256 %s", sha256, peer.name,
+                        f"more than {size}" if got > size else got, size,
+                        "not checked" if got > size else digest.hexdigest())
+            raise WireError(f"file {sha256} from {peer.name} does not match what its journal announced "
+                            f"({size} bytes and that sha256): not stored, pulled again later")
+        return b"".join(parts)
 
     # -- what the routes ask -----------------------------------------------------------------------------------
 

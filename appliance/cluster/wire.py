@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,13 @@ from ..store import JournalChange, NewDocument, Place, SourceFile
 
 OPS = ("created", "updated", "deleted")
 STORE_ID = re.compile(r"[0-9a-f]{32}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def box_tls(ca_file: str) -> ssl.SSLContext | bool:
+    """How a box checks another's certificate on an https:// URL: against the site's own CA (cluster.ca_file),
+    else the system's CAs. Hostnames are checked either way."""
+    return ssl.create_default_context(cafile=ca_file) if ca_file else True
 
 
 @dataclass(slots=True, frozen=True)
@@ -75,6 +83,9 @@ def _document_of(key: str, doc: dict[str, Any]) -> NewDocument:
     if places and len(places) != len(chunks):
         raise WireError(f"document {key!r}: {len(places)} places for {len(chunks)} chunks")
     f = doc["file"]
+    if f is not None and not (isinstance(f["sha256"], str) and SHA256.fullmatch(f["sha256"])
+                              and isinstance(f["size"], int) and f["size"] >= 0):
+        raise WireError(f"document {key!r}: its file needs a sha256 (64 hex digits) and a size (bytes)")
     file = None if f is None else SourceFile(f["name"], f["sha256"], f["format"], f["size"], f["pages"],
                                              f["parser_version"])
     return NewDocument(key=key, title=doc["title"], text="", chunks=chunks, content_hash=doc["content_hash"],

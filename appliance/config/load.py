@@ -246,7 +246,9 @@ def _validate(settings: Settings) -> list[str]:
         errors.append("conversation.history_turns and history_tokens: must be 0 (no history) or more")
     errors.extend(_index_errors(settings.index))
     errors.extend(_parse_errors(settings.parse))
-    for name in ("max_documents", "max_partitions", "max_text_bytes"):
+    if bool(settings.server.tls_cert_file) != bool(settings.server.tls_key_file):
+        errors.append("server.tls_cert_file and server.tls_key_file: set both (HTTPS) or neither")
+    for name in ("max_documents", "max_partitions", "max_text_bytes", "max_file_bytes"):
         if getattr(settings.quota, name) < 0:
             errors.append(f"quota.{name}: must be 0 (unlimited) or more")
     if settings.telemetry.otel_exporter == "otlp" and not settings.telemetry.otel_endpoint:
@@ -261,6 +263,8 @@ def _cluster_errors(cluster) -> list[str]:
         return [] if not cluster.self else ["cluster.self: set without cluster.boxes (the file listing the boxes)"]
     errors = [f"cluster.{name}: required with cluster.boxes" for name in ("self", "secret_file")
               if not getattr(cluster, name)]
+    if cluster.ca_file and not Path(cluster.ca_file).is_file():
+        errors.append(f"cluster.ca_file: {cluster.ca_file} is not a file")
     if cluster.drain_grace_s < 0:
         errors.append("cluster.drain_grace_s: must be 0 or more")
     return errors
@@ -330,7 +334,7 @@ def _read_boxes(path: Path, self_name: str | None, errors: list[str]) -> tuple[C
         elif not isinstance(name, str) or not _BOX_NAME.fullmatch(name):
             errors.append(f"{where}: box {number}: `name` must be lowercase letters, digits, - or _ (up to 63)")
         elif not isinstance(url, str) or not _BOX_URL.fullmatch(url):
-            errors.append(f"{where}: box {number} ({name}): `url` must be http://host:port")
+            errors.append(f"{where}: box {number} ({name}): `url` must be http://host:port or https://host:port")
         elif any(b.name == name for b in boxes):
             errors.append(f"{where}: box {name!r} listed twice")
         else:

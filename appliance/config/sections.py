@@ -36,6 +36,9 @@ class ServerSettings:
     # bounds sockets and memory; twice admission.max_in_flight, well under the usual 1024 open-file limit.
     max_connections: int = 512
     keep_alive_s: float = 5.0  # an idle keep-alive connection is closed after this
+    # HTTPS on the box itself (PEM files): for a site whose boxes and balancer talk TLS (cluster.ca_file)
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
     # Proxies whose X-Forwarded-For is believed (uvicorn's forwarded_allow_ips, comma-separated). Empty: none, so
     # a client cannot pick the address that open mode's per-client bucket and share are keyed by.
     forwarded_allow_ips: str = ""
@@ -311,6 +314,7 @@ class QuotaSettings:
     max_documents: int = 0
     max_partitions: int = 0
     max_text_bytes: int = 0  # UTF-8 bytes of stored chunks (overlaps included)
+    max_file_bytes: int = 0  # bytes of kept original files, each distinct file (sha256) counted once per tenant
 
 
 @dataclass(slots=True, frozen=True)
@@ -341,6 +345,8 @@ class ClusterSettings:
     # On SIGTERM /readyz says 503 this long before the server stops taking requests, so the balancer's checks
     # move new requests away first; then answers in progress get server.drain_timeout_s
     drain_grace_s: float = 3.0
+    # The CA (PEM) that signed the boxes' certificates, for https:// box URLs; empty: the system's CAs
+    ca_file: str = ""
     members: tuple[ClusterBox, ...] = ()  # read from the `boxes` file at load (not a setting of its own)
 
 

@@ -92,7 +92,8 @@ def server_options(settings: Settings) -> dict[str, Any]:
     # let any local client name its own address and so get a fresh open-mode bucket per request.
     return {"host": s.host, "port": s.port, "limit_concurrency": s.max_connections,
             "timeout_keep_alive": s.keep_alive_s, "timeout_graceful_shutdown": s.drain_timeout_s,
-            "proxy_headers": bool(trusted), "forwarded_allow_ips": trusted or None}
+            "proxy_headers": bool(trusted), "forwarded_allow_ips": trusted or None,
+            **({"ssl_certfile": s.tls_cert_file, "ssl_keyfile": s.tls_key_file} if s.tls_cert_file else {})}
 
 
 def _edge(settings: Settings) -> Edge:

@@ -69,6 +69,7 @@ class TenantUsage:
     partitions: int
     documents: int
     text_bytes: int
+    file_bytes: int = 0  # its kept original files, each distinct sha256 once (the blob store keeps one copy)
 
 
 @dataclass(slots=True, frozen=True)

@@ -245,14 +245,28 @@ class Store:
         return [partition_of(r) for r in rows]
 
     def tenant_usage(self, tenant: str) -> TenantUsage:
-        """The tenant's partitions, documents and stored text bytes (what quotas limit)."""
+        """The tenant's partitions, documents, stored text bytes and kept files' bytes (what quotas limit)."""
         db = self._reader()
-        with transaction(db, "BEGIN"):  # one snapshot: the three agree
+        with transaction(db, "BEGIN"):  # one snapshot: the four agree
             partitions = db.execute("SELECT COUNT(*) FROM partitions WHERE tenant = ?", (tenant,)).fetchone()[0]
             documents, text_bytes = db.execute(
                 "SELECT COUNT(d.id), COALESCE(SUM(d.text_bytes), 0) FROM documents d"
                 " JOIN partitions p ON p.id = d.partition_id WHERE p.tenant = ?", (tenant,)).fetchone()
-        return TenantUsage(partitions, documents, text_bytes)
+            file_bytes = db.execute(  # one blob per sha256, however many of its documents refer to it
+                "SELECT COALESCE(SUM(size), 0) FROM (SELECT MAX(d.file_size) AS size FROM documents d"
+                " JOIN partitions p ON p.id = d.partition_id WHERE p.tenant = ? AND d.file_sha256 IS NOT NULL"
+                " GROUP BY d.file_sha256)", (tenant,)).fetchone()[0]
+        return TenantUsage(partitions, documents, text_bytes, file_bytes)
+
+    def tenant_files(self, tenant: str, hashes: Iterable[str]) -> set[str]:
+        """Those of the `hashes` (sha256 of original files) the tenant's documents already refer to."""
+        hashes, held = sorted(set(hashes)), set()
+        for start in range(0, len(hashes), 500):
+            part = hashes[start:start + 500]
+            held.update(r[0] for r in self._reader().execute(
+                "SELECT DISTINCT d.file_sha256 FROM documents d JOIN partitions p ON p.id = d.partition_id"
+                f" WHERE p.tenant = ? AND d.file_sha256 IN ({','.join('?' * len(part))})", (tenant, *part)))
+        return held
 
     def stored_documents(self, partition_id: int, keys: Iterable[str]) -> dict[str, StoredDocument]:
         """Those of `keys` the partition already holds."""

@@ -4,9 +4,10 @@ reads. Each needs the site's shared secret; outside /v1/, so no API key, slot or
 from __future__ import annotations
 
 import asyncio
+import os
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ...cluster import STORE_ID, Replicator
@@ -53,12 +54,13 @@ async def journal(request: Request) -> JSONResponse:
 async def file(request: Request) -> Response:
     cluster = _replicator(request)
     sha256 = request.path_params["sha256"]
-    blobs = cluster.library.blobs
     try:
-        data = await asyncio.to_thread(blobs.read, sha256)
+        path = cluster.library.blobs.path(sha256)
+        info = await asyncio.to_thread(os.stat, path)
     except (ValueError, FileNotFoundError):
         raise ApiError.not_found(f"no file {sha256[:64]!r} here", "sha256") from None
-    return Response(data, media_type="application/octet-stream")
+    # streamed: a peer catching up on many large files does not make this box hold them in memory
+    return FileResponse(path, media_type="application/octet-stream", stat_result=info)
 
 
 async def sync(request: Request) -> JSONResponse:

@@ -3,11 +3,12 @@ answer per file) and GET /v1/documents/{id}/file (a document's original file).""
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ...file_ingest import FileInput
@@ -79,23 +80,48 @@ async def _store_upload(request: Request, services: Services, spooled: SpooledUp
     return JSONResponse(body, status_code=200 if result.indexed else 202)
 
 
+# A download is named for the format its bytes were read as, never for the name its uploader chose (.hta, .exe)
+EXTENSIONS = {Format.PDF: ".pdf", Format.DOCX: ".docx", Format.PPTX: ".pptx", Format.HTML: ".html",
+              Format.MARKDOWN: ".md", Format.TEXT: ".txt"}
+
+
+def _format_of(value: str) -> Format | None:
+    try:
+        return Format(value)
+    except ValueError:  # a format a newer box stored (replicated here): served as bytes
+        return None
+
+
+def download_name(name: str, file_format: str) -> str:
+    """The uploader's file name with its extension replaced by that of the detected format (unknown: .bin)."""
+    fmt = _format_of(file_format)
+    stem = name.rsplit(".", 1)[0] if "." in name.lstrip(".") else name
+    return (stem.strip() or "file") + EXTENSIONS.get(fmt, ".bin")
+
+
 async def get_file(request: Request) -> Response:
     services = require_ready(request)
     key = validate(request.path_params["id"], DOCUMENT_ID, "id")
     tenant = tenant_param(request)
-    found = await asyncio.to_thread(services.files.original, tenant, key, name_param(request, "partition"))
+    found = await asyncio.to_thread(services.files.original_file, tenant, key, name_param(request, "partition"))
     if found is None:
         raise ApiError.not_found(f"no document {key!r} from a file for tenant {tenant!r}", "id")
-    doc, data = found
+    doc, path = found
+    try:
+        info = await asyncio.to_thread(os.stat, path)
+    except FileNotFoundError:  # deleted since the store was read
+        raise ApiError.not_found(f"no document {key!r} from a file for tenant {tenant!r}", "id") from None
+    name = download_name(doc.file.name, doc.file.format)
     headers = {
         # the original is a download, never a page of this origin: a stored HTML file must not run as one
-        "Content-Disposition": f"attachment; filename*=UTF-8''{quote(doc.file.name, safe='')}",
+        "Content-Disposition": f"attachment; filename*=UTF-8''{quote(name, safe='')}",
         "X-Content-Type-Options": "nosniff",
         "Content-Security-Policy": "sandbox",
         "ETag": f'"{doc.file.sha256}"',
     }
-    return Response(data, media_type=MEDIA_TYPES.get(Format(doc.file.format), "application/octet-stream"),
-                    headers=headers)
+    media_type = MEDIA_TYPES.get(_format_of(doc.file.format), "application/octet-stream")
+    # streamed from the blob store in chunks: a large original is never held whole in memory
+    return FileResponse(path, media_type=media_type, headers=headers, stat_result=info)
 
 
 routes = [

@@ -4,7 +4,8 @@ Order matters, because boot repairs exactly one kind of gap: an index older than
 and boot builds the missing delta). So a backup takes the index versions first, then the store as of one moment
 (SQLite's online backup), then the original files that copy refers to. Index and cache files are immutable once
 published and are hard-linked where DEST is on the same file system; a version that garbage collection removes
-mid-copy is taken again from the newer CURRENT.
+mid-copy is taken again from the newer CURRENT. A backup is private (folders 0700, its copies 0600, a .tar
+archive 0600). `restore` treats it as untrusted input (backup_archive): no links, no names outside it, no caches.
 """
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ from pathlib import Path
 
 from . import __version__
 from .config import Settings
+from .backup_archive import KEYS, MANIFEST, UnsafeBackup, extract, read_member, write_archive
 from .index import CURRENT, version_files
+from .keys_file import KeysFileError, read_keys
 from .store import copied_contents, copy_database
 from .wiring import lock_data_dir
 
-MANIFEST = "backup.json"
 FORMAT = 1
 _ATTEMPTS = 5
 
@@ -43,16 +45,21 @@ class BackupReport:
 
 
 def backup(settings: Settings, dest: Path, caches: bool = False) -> BackupReport:
-    """Copy the data folder of `settings` (served or not) into the new folder `dest`."""
+    """Copy the data folder of `settings` (served or not) into the new folder `dest` (0700), or into the new tar
+    archive `dest` (0600) when its name ends in .tar."""
     started = time.monotonic()
     dest = Path(dest)
-    if dest.exists() and any(dest.iterdir()):
+    archive = dest.suffix == ".tar"
+    if archive and (dest.exists() or dest.is_symlink()):
+        raise BackupError(f"{dest} exists: back up into a new archive")
+    if not archive and dest.exists() and any(dest.iterdir()):
         raise BackupError(f"{dest} exists and is not empty: back up into a new folder")
     if not settings.store_path.exists():
         raise BackupError(f"no store at {settings.store_path}: nothing to back up (is data_dir right?)")
     partial = dest.with_name(f".{dest.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial.mkdir(mode=0o700)  # the store and the keys' hashes are no one else's to read
     for partition_dir in sorted(p for p in settings.index_dir.glob("p*") if p.is_dir()):
         _copy_version(partition_dir, partial / "indexes" / partition_dir.name)
     copy_database(settings.store_path, partial / settings.store_path.name)
@@ -67,15 +74,25 @@ def backup(settings: Settings, dest: Path, caches: bool = False) -> BackupReport
     manifest = {"format": FORMAT, "version": __version__, "created": time.time(), "partitions": partitions,
                 "documents": documents, "files": len(blobs), "caches": caches, "keys": keys}
     (partial / MANIFEST).write_text(json.dumps(manifest, indent=1))
-    if dest.exists():
-        dest.rmdir()
-    os.rename(partial, dest)
+    _private(partial)
+    if archive:
+        try:
+            write_archive(partial, dest)
+        finally:
+            shutil.rmtree(partial)
+    else:
+        if dest.exists():
+            dest.rmdir()
+        os.rename(partial, dest)
     return BackupReport(dest, partitions, documents, len(blobs), _size(dest), time.monotonic() - started,
                         caches, keys)
 
 
 def restore(settings: Settings, source: Path) -> BackupReport:
-    """Copy the backup `source` into the (new or empty) data folder of `settings`; the server is not running."""
+    """Copy the backup `source` (a folder, or a tar archive of one) into the (new or empty) data folder of
+    `settings`; the server is not running. The backup is untrusted (backup_archive): links and names outside it
+    refuse the restore, the caches are never restored (they start cold) and the keys file must pass the server's
+    own check."""
     started = time.monotonic()
     source = Path(source)
     manifest = read_manifest(source)
@@ -85,26 +102,46 @@ def restore(settings: Settings, source: Path) -> BackupReport:
     if manifest["version"] != __version__:
         raise BackupError(f"the backup was made by version {manifest['version']}, this is {__version__}: restore "
                           "it with the version that made it, then upgrade")
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new one is private; an existing one keeps its mode
     with lock_data_dir(data_dir):  # no server starts on it meanwhile
         partial = data_dir / ".restore.partial"
         shutil.rmtree(partial, ignore_errors=True)
-        shutil.copytree(source, partial, ignore=shutil.ignore_patterns(MANIFEST, "keys.toml"))
-        for entry in sorted(partial.iterdir()):  # the store last ("s" > "c", "f", "i"): a finished restore
-            os.rename(entry, data_dir / entry.name)
-        partial.rmdir()
-    keys = _restore_keys(settings, source)
+        try:
+            keys = _unpack(settings, source, partial)
+        except BackupError:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise
+        for name in ("files", "indexes", "store.sqlite3"):  # the store last: a finished restore
+            if (partial / name).exists():
+                os.rename(partial / name, data_dir / name)
+        shutil.rmtree(partial)  # the manifest, and the keys file where it was not installed
     return BackupReport(data_dir, manifest["partitions"], manifest["documents"], manifest["files"],
-                        _size(data_dir), time.monotonic() - started, manifest["caches"], keys)
+                        _size(data_dir), time.monotonic() - started, False, keys)
+
+
+def _unpack(settings: Settings, source: Path, partial: Path) -> bool:
+    try:
+        extract(source, partial)
+        return _restore_keys(settings, partial / KEYS, source)
+    except (UnsafeBackup, OSError) as exc:
+        raise BackupError(f"{source} is refused: {exc}; nothing was restored") from None
 
 
 def read_manifest(source: Path) -> dict:
     try:
-        manifest = json.loads((Path(source) / MANIFEST).read_text())
+        text = read_member(source, MANIFEST)
+        manifest = json.loads(text if text is not None else "missing")
+    except UnsafeBackup as exc:
+        raise BackupError(f"{source} is refused: {exc}; nothing was restored") from None
     except (OSError, ValueError) as exc:
         raise BackupError(f"{source} is not a backup ({MANIFEST}: {exc})") from None
-    if manifest.get("format") != FORMAT:
-        raise BackupError(f"{source}: backup format {manifest.get('format')!r}, this version reads {FORMAT}")
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BackupError(f"{source}: backup format {_get(manifest, 'format')!r}, this version reads {FORMAT}")
     return manifest
+
+
+def _get(manifest, key: str):
+    return manifest.get(key) if isinstance(manifest, dict) else None
 
 
 def _copy_version(partition_dir: Path, dest: Path) -> None:
@@ -148,18 +185,23 @@ def _copy_keys(settings: Settings, dest: Path) -> bool:
     return True
 
 
-def _restore_keys(settings: Settings, source: Path) -> bool:
-    """The keys file goes where the settings point (never over an existing one); without a keys_file setting it
-    is left in the backup and the caller says so."""
-    kept = source / "keys.toml"
+def _restore_keys(settings: Settings, kept: Path, source: Path) -> bool:
+    """The keys file goes where the settings point (never over an existing one, never through a link), after the
+    server's own check of it; without a keys_file setting it is left in the backup and the caller says so."""
     keys_file = settings.admission.keys_file
     if not kept.exists() or not keys_file:
         return False
-    if Path(keys_file).exists():
-        raise BackupError(f"{keys_file} exists: the backup's keys were not copied over it (they are in {kept})")
+    try:
+        read_keys(kept)
+    except KeysFileError as exc:
+        raise UnsafeBackup(f"its keys file is refused ({exc})") from None
+    if Path(keys_file).exists() or Path(keys_file).is_symlink():
+        raise BackupError(f"{keys_file} exists: the backup's keys were not copied over it (they are in "
+                          f"{source})")
     Path(keys_file).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(kept, keys_file)
-    os.chmod(keys_file, 0o600)
+    fd = os.open(keys_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with open(fd, "wb") as out:
+        out.write(kept.read_bytes())
     return True
 
 
@@ -174,8 +216,21 @@ def _place(source: Path, target: Path) -> None:
         shutil.copy2(source, target)
 
 
-def _size(folder: Path) -> int:
-    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+def _private(folder: Path) -> None:
+    """Folders 0700, the backup's own copies 0600. A file hard-linked from the box keeps the box's mode (it is the
+    same file), unreachable for others behind the 0700 folders."""
+    for path in [folder, *folder.rglob("*")]:
+        st = path.lstat()
+        if path.is_dir():
+            path.chmod(0o700)
+        elif st.st_nlink == 1:
+            path.chmod(0o600)
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
 __all__ = ["BackupError", "BackupReport", "backup", "read_manifest", "restore"]

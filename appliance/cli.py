@@ -322,6 +322,7 @@ def _partition(settings: Settings, args) -> None:
 def _keys_add(settings: Settings, args) -> None:
     import re
 
+    from .keys_file import service_group
     from .serve.keys import KeysFileError, add_key
 
     path = args.file or (Path(settings.admission.keys_file) if settings.admission.keys_file else None)
@@ -330,7 +331,7 @@ def _keys_add(settings: Settings, args) -> None:
     if not args.admin and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}", args.tenant):
         sys.exit(f"tenant {args.tenant!r}: letters, digits, '_', '.', '-' (up to 128)")
     try:
-        key = add_key(path, None if args.admin else args.tenant, args.name)
+        key = add_key(path, None if args.admin else args.tenant, args.name, service_group(settings.data_dir))
     except KeysFileError as exc:  # the file as it is would stop the server, or the name cannot be written
         sys.exit(f"appliance: {exc}")
     print(key)

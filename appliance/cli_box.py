@@ -15,12 +15,14 @@ def add_box_commands(commands) -> None:
     doctor.set_defaults(run=_doctor)
     backup = commands.add_parser("backup", help="a consistent copy of the data folder, also while serving "
                                  "(store, current index versions, original files, keys file)")
-    backup.add_argument("dest", type=Path, help="a new folder")
-    backup.add_argument("--caches", action="store_true", help="also the answer caches")
+    backup.add_argument("dest", type=Path, help="a new folder, or a new tar archive (a name ending in .tar)")
+    backup.add_argument("--caches", action="store_true", help="also the answer caches (for inspection: restore "
+                        "never takes them, a restored box starts with cold caches)")
     backup.set_defaults(run=_backup)
     restore = commands.add_parser("restore", help="a backup into a new data folder (data_dir) of the same version; "
                                   "the server must not be running on it")
-    restore.add_argument("source", type=Path)
+    restore.add_argument("source", type=Path, help="a backup folder or tar archive; refused if it holds a link "
+                         "or a name outside it")
     restore.set_defaults(run=_restore)
     ready = commands.add_parser("ready", help="wait until the configured server is ready (exit 0) or has failed "
                                 "to boot, its process has exited, or the time is up (exit 1); for installers")
@@ -80,7 +82,8 @@ def _restore(settings: Settings, args) -> None:
     except BackupError as exc:
         sys.exit(f"appliance: {exc}")
     print(f"restored {report.documents} documents in {report.partitions} partitions into {report.folder} "
-          f"({report.seconds:.1f} s); the server builds any index a backup taken while ingesting lacks at boot")
+          f"({report.seconds:.1f} s); the server builds any index a backup taken while ingesting lacks at boot; "
+          "the answer caches start cold")
     if not report.keys and (Path(args.source) / "keys.toml").exists():
         print(f"the backup's keys file is in {args.source}/keys.toml: set admission.keys_file to a copy of it",
               file=sys.stderr)

@@ -6,6 +6,7 @@ engines would.
 """
 from __future__ import annotations
 
+import grp
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ import psutil
 
 from .config import Settings
 from .index import PartitionSnapshot, current_version
+from .keys_file import KeysFileError, read_keys, service_group
 from .models.manifest import load_manifests
 from .paths import ModelNotFound, checkpoint_folder, file_sha256, model_folder
 
@@ -173,6 +175,7 @@ def port(settings: Settings) -> list[Finding]:
 
 
 def keys_file(settings: Settings) -> list[Finding]:
+    """The server's own rule (keys_file.read_keys), and on a service install whether the service can read it."""
     path = settings.admission.keys_file
     if not path:
         return [Finding("keys", WARN, "no keys file: the server is open to any local client that names a tenant",
@@ -180,11 +183,26 @@ def keys_file(settings: Settings) -> list[Finding]:
     path = Path(path)
     if not path.exists():
         return [Finding("keys", FAIL, f"{path} does not exist", "appliance keys add --tenant NAME --file PATH")]
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & 0o077:
-        return [Finding("keys", FAIL, f"{path} is mode {mode:o}: others can read the key hashes",
-                        f"chmod 600 {path}")]
-    return [Finding("keys", OK, f"{path}, mode {mode:o}")]
+    try:
+        callers, _ = read_keys(path)
+    except KeysFileError as exc:
+        return [Finding("keys", FAIL, str(exc), f"chmod 600 {path} (640 with the service's group), or fix the "
+                        "entry named")]
+    st, mode = path.stat(), stat.S_IMODE(path.stat().st_mode)
+    group = service_group(settings.data_dir)
+    if group is not None and st.st_uid != settings.data_dir.stat().st_uid and (st.st_gid != group
+                                                                                or not mode & stat.S_IRGRP):
+        return [Finding("keys", FAIL, f"{path} (mode {mode:o}) cannot be read by the service's user",
+                        f"chgrp {_group_name(group)} {path} && chmod 640 {path} (`sudo appliance keys add` does "
+                        "this)")]
+    return [Finding("keys", OK, f"{path}, mode {mode:o}, {len(callers)} keys")]
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
 
 
 def as_json(findings: list[Finding]) -> str:

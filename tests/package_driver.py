@@ -5,6 +5,7 @@ the test process itself cannot connect). Prints one JSON object with what it saw
     python package_driver.py ingest URL FILE...        upload (wait=true), then list the partition
     python package_driver.py ask URL QUESTION          through the OpenAI client; sources, cache, /metrics
     python package_driver.py inventory URL QUESTION    documents, the cache entries, and the question asked again
+    python package_driver.py keyed URL KEY             the documents listed with the key, and the status without it
 """
 from __future__ import annotations
 
@@ -61,6 +62,15 @@ def inventory(url: str, question: str) -> dict:
     return {**documents(url), "cache_entries": len(entries.get("entries", [])), "again": ask(url, question)}
 
 
+def keyed(url: str, key: str) -> dict:
+    """With keys on, the key's tenant is the one the key names (no tenant parameter)."""
+    params = {"partition": PARTITION}
+    listed = httpx.get(url + "/v1/documents", params=params, headers={"Authorization": f"Bearer {key}"}, timeout=60)
+    without = httpx.get(url + "/v1/documents", params=params, timeout=60)
+    return {"status": listed.status_code, "documents": sorted(d["id"] for d in listed.json().get("documents", [])),
+            "without_key": without.status_code}
+
+
 def main() -> None:
     command, url, *rest = sys.argv[1:]
     if command == "wait":
@@ -69,6 +79,8 @@ def main() -> None:
         result = ingest(url, rest)
     elif command == "ask":
         result = ask(url, rest[0])
+    elif command == "keyed":
+        result = keyed(url, rest[0])
     else:
         result = inventory(url, rest[0])
     print(json.dumps(result))

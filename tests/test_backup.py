@@ -1,12 +1,18 @@
 """`appliance backup` while clients ingest and ask, `appliance restore` into a new data folder: every document
 acknowledged before the backup began is there, with its original file, and the restored box answers searches
-exactly as the original; bad destinations and sources are refused with a clear message, losing nothing."""
+exactly as the original; bad destinations and sources are refused with a clear message, losing nothing. A backup
+is private (0700/0600), and restore treats it as hostile: links, names outside it, caches (pickles) and a keys file
+the server would refuse never reach the data folder."""
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
+import stat
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -173,3 +179,151 @@ def test_bad_destinations_and_sources_are_refused_and_nothing_is_lost(tmp_path, 
     other_version = _cli(_env(tmp_path / "new", models_dir, tmp_path / "k.toml"), "restore", str(tmp_path / "b1"))
     assert other_version.returncode != 0 and "version 0.0.1" in other_version.stderr
     assert not (tmp_path / "new" / "store.sqlite3").exists()
+
+
+# -- a backup is untrusted input: hand-made hostile backups -------------------------------------------------------
+
+class _RunsOnLoad:
+    """A cache value whose unpickling runs code: it touches `marker` (pathlib's own function, found by name)."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return Path.touch, (self.marker,)
+
+
+def _manifest(**extra) -> bytes:
+    from appliance import __version__
+
+    return json.dumps({"format": 1, "version": __version__, "created": 0, "partitions": 0, "documents": 0,
+                       "files": 0, "caches": False, "keys": False, **extra}).encode()
+
+
+def _tar(path: Path, members: list[tuple[str, bytes | None, bytes, str]]) -> Path:
+    """A tar archive of (name, type, data, linkname) members, written member by member as an attacker would."""
+    with tarfile.open(path, "w") as tar:
+        for name, kind, data, linkname in members:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname, info.size = kind, linkname, len(data)
+            tar.addfile(info, io.BytesIO(data) if kind == tarfile.REGTYPE else None)
+    return path
+
+
+def _restore_env(tmp_path: Path, models_dir: Path) -> dict[str, str]:
+    return _env(tmp_path / "restored", models_dir, tmp_path / "restored-keys.toml")
+
+
+@pytest.mark.parametrize("member, refusal", [
+    (("files/ab/abc", tarfile.SYMTYPE, b"", "VICTIM"), "is a symlink"),
+    (("store.sqlite3", tarfile.LNKTYPE, b"", "VICTIM"), "is a hard link"),
+    (("indexes", tarfile.SYMTYPE, b"", "/"), "is a symlink"),
+    (("files/dev", tarfile.CHRTYPE, b"", ""), "not a plain file"),
+    (("ESCAPE", tarfile.REGTYPE, b"planted", ""), "absolute"),
+    (("files/../../planted", tarfile.REGTYPE, b"planted", ""), "`..`"),
+], ids=["symlink", "hard-link", "linked-folder", "device", "absolute", "dot-dot"])
+def test_restore_refuses_an_archive_with_links_or_names_outside_it_and_writes_nothing(tmp_path, models_dir, member,
+                                                                                     refusal):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("the box's own file")
+    name, kind, data, linkname = member
+    name = name.replace("ESCAPE", str(tmp_path / "planted"))
+    archive = _tar(tmp_path / "hostile.tar", [("backup.json", tarfile.REGTYPE, _manifest(), ""),
+                                              (name, kind, data, linkname.replace("VICTIM", str(victim))),
+                                              ("store.sqlite3" if kind != tarfile.LNKTYPE else "files/x",
+                                               tarfile.REGTYPE, b"not read", "")])
+    done = _cli(_restore_env(tmp_path, models_dir), "restore", str(archive))
+    assert done.returncode != 0 and refusal in done.stderr and "nothing was restored" in done.stderr, done.stderr
+    assert victim.read_text() == "the box's own file"
+    assert not list(tmp_path.rglob("planted")), "a name outside the backup was written"
+    assert not (tmp_path / "restored").exists() or {p.name for p in (tmp_path / "restored").iterdir()} <= {".lock"}
+    assert not (tmp_path / "restored-keys.toml").exists()
+
+
+def test_restore_refuses_a_backup_folder_with_a_symlink(tmp_path, models_dir):
+    """A folder backup (what `appliance backup` writes) with a link to a file only root may read: a restore run as
+    root would have copied the file's contents into the data folder."""
+    secret = tmp_path / "secret"
+    secret.write_text("root's secret")
+    source = tmp_path / "backup"
+    (source / "files" / "ab").mkdir(parents=True)
+    (source / "backup.json").write_bytes(_manifest())
+    (source / "store.sqlite3").write_bytes(b"")
+    (source / "files" / "ab" / "abc").symlink_to(secret)
+    done = _cli(_restore_env(tmp_path, models_dir), "restore", str(source))
+    assert done.returncode != 0 and "files/ab/abc is a symlink" in done.stderr, done.stderr
+    assert not any(p.is_file() and p.read_bytes() == secret.read_bytes()
+                   for p in (tmp_path / "restored").rglob("*")), "the linked file was copied"
+    (source / "files" / "ab" / "abc").unlink()
+    (source / "backup.json").unlink()
+    (source / "backup.json").symlink_to(tmp_path / "elsewhere.json")
+    linked_manifest = _cli(_restore_env(tmp_path, models_dir), "restore", str(source))
+    assert linked_manifest.returncode != 0 and "backup.json is a symlink" in linked_manifest.stderr
+
+
+def test_restore_never_takes_the_caches_nor_a_keys_file_the_server_would_refuse(tmp_path, models_dir):
+    """Cache values are pickles: a hostile backup's cache would run code at the first cache hit. Restored boxes start
+    with cold caches; the keys file must pass the server's own check; everything is written 0600 in 0700 folders."""
+    import diskcache
+
+    from appliance.cache import ExactCache
+
+    marker, source = tmp_path / "code-ran", tmp_path / "backup"
+    (source / "files" / "ab").mkdir(parents=True)
+    (source / "backup.json").write_bytes(_manifest(caches=True, keys=True))
+    (source / "store.sqlite3").write_bytes(b"store")
+    (source / "files" / "ab" / "abc").write_bytes(b"original")
+    hostile = diskcache.Cache(str(source / "cache" / "exact"))
+    hostile.set("question", _RunsOnLoad(marker))
+    hostile.close()
+    with diskcache.Cache(str(source / "cache" / "exact")) as check:  # the payload is real: reading it runs code
+        check.get("question")
+    assert marker.exists()
+    marker.unlink()
+    (source / "keys.toml").write_text('[[keys]]\nsha256 = "not a digest"\nrole = "admin"\n')
+    env = _restore_env(tmp_path, models_dir)
+    refused = _cli(env, "restore", str(source))
+    assert refused.returncode != 0 and "keys file is refused" in refused.stderr, refused.stderr
+    assert not (tmp_path / "restored" / "store.sqlite3").exists() and not (tmp_path / "restored-keys.toml").exists()
+
+    (source / "keys.toml").unlink()
+    write_keys(source, ["acme"])
+    for path in source.rglob("*"):
+        path.chmod(0o777 if path.is_dir() else 0o644)  # as a careless copy leaves it
+    (source / "keys.toml").chmod(0o600)
+    done = _cli(env, "restore", str(source))
+    assert done.returncode == 0, done.stderr
+    restored = tmp_path / "restored"
+    assert not (restored / "cache").exists() and (restored / "files" / "ab" / "abc").read_bytes() == b"original"
+    cache = ExactCache(restored / "cache" / "exact", 10, 60, 1 << 20)  # as the restored server opens it
+    assert cache.get("question") is None and not marker.exists()
+    cache.close()
+    shutil.rmtree(restored / "cache")
+    for path in [*restored.rglob("*"), tmp_path / "restored-keys.toml"]:
+        if path.name != ".lock":
+            assert stat.S_IMODE(path.stat().st_mode) == (0o700 if path.is_dir() else 0o600), path
+
+
+def test_backups_are_private_and_a_tar_archive_restores_as_a_folder_does(tmp_path, models_dir, corpus):
+    from appliance.backup import backup, restore
+
+    keys_file, keys = write_keys(tmp_path, ["acme"])
+    settings = make_settings(tmp_path / "box", models_dir, admission_keys_file=str(keys_file))
+    with LiveServer(settings, api_key=keys["acme"]) as live, live.client() as client:
+        assert client.post("/v1/documents", json={"partition": "p", "documents": corpus[:5]}).status_code == 200
+    folder, archive = backup(settings, tmp_path / "b-folder"), backup(settings, tmp_path / "b.tar")
+    assert stat.S_IMODE((tmp_path / "b.tar").stat().st_mode) == 0o600 and archive.folder.is_file()
+    for path in [folder.folder, *folder.folder.rglob("*")]:
+        mode, links = stat.S_IMODE(path.stat().st_mode), path.stat().st_nlink
+        assert mode == 0o700 if path.is_dir() else (mode == 0o600 or links > 1), (path, oct(mode))
+    with tarfile.open(tmp_path / "b.tar") as tar:
+        assert all(m.isreg() or m.isdir() for m in tar.getmembers()), "no link members, even for linked files"
+        assert {"backup.json", "store.sqlite3", "keys.toml"} <= set(tar.getnames())
+    assert _cli(_env(tmp_path / "b2", models_dir, keys_file), "backup", str(tmp_path / "b.tar")).returncode != 0
+
+    new_keys = tmp_path / "new-keys.toml"
+    restored = make_settings(tmp_path / "restored", models_dir, admission_keys_file=str(new_keys))
+    report = restore(restored, tmp_path / "b.tar")
+    assert report.documents == 5 and report.keys and new_keys.read_text() == keys_file.read_text()
+    with LiveServer(restored, api_key=keys["acme"]) as again, again.client() as client:
+        assert len(_ids(client, "p")) == 5

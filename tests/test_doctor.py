@@ -59,3 +59,34 @@ def test_the_cuda_vllm_on_a_box_without_a_gpu_is_a_failure_with_its_fix(tmp_path
     (finding,) = doctor.gpu(engines_on)
     assert finding.status == "fail" and "cannot start" in finding.detail and "cpu package" in finding.fix
     assert [f.status for f in doctor.gpu(make_settings(tmp_path, models_dir))] == ["ok"], "no engines, no failure"
+
+
+def test_doctor_and_the_server_agree_on_the_keys_file_mode(tmp_path, models_dir):
+    """One rule (appliance/keys_file.py): 0600 and 0640 (a service's group may read) pass both; a file others may
+    read fails both. On a service install (a data folder the service user owns), a root-only file fails doctor:
+    the service could not read it and would not boot."""
+    from appliance import doctor
+    from appliance.serve import create_app
+    from appliance.serve.keys import KeysFileError
+
+    keys_file, _ = write_keys(tmp_path, ["acme"])
+    settings = make_settings(tmp_path / "box", models_dir, admission_keys_file=str(keys_file))
+    for mode, ok in ((0o600, True), (0o640, True), (0o644, False), (0o660, False)):
+        os.chmod(keys_file, mode)
+        (finding,) = doctor.keys_file(settings)
+        try:
+            create_app(settings)
+            served = True
+        except KeysFileError:
+            served = False
+        assert (finding.status == "ok", served) == (ok, ok), (oct(mode), finding)
+    if os.geteuid() != 0:
+        return  # the service-install case needs a data folder owned by another user
+    (tmp_path / "box").mkdir(exist_ok=True)
+    os.chown(tmp_path / "box", 64123, 64124)
+    os.chmod(keys_file, 0o600)  # root's alone: what `sudo appliance keys add` used to write
+    (finding,) = doctor.keys_file(settings)
+    assert finding.status == "fail" and "service" in finding.detail and "chmod 640" in finding.fix, finding
+    os.chown(keys_file, 0, 64124)
+    os.chmod(keys_file, 0o640)
+    assert [f.status for f in doctor.keys_file(settings)] == ["ok"]

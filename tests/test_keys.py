@@ -1,11 +1,15 @@
 """The API keys file: written as valid TOML whatever the key's name, refused at boot when it is wrong or readable by
-others, and followed while the server runs (on change, and on SIGHUP) without ever losing the keys it has."""
+others, and followed while the server runs (on change, and on SIGHUP) without losing the keys it has to a wrong edit;
+a file that is deleted or unreadable refuses every key until it is back (fails closed)."""
 from __future__ import annotations
 
 import asyncio
 import logging
 import os
 import signal
+import stat
+import subprocess
+import sys
 import time
 import tomllib
 
@@ -173,3 +177,49 @@ async def _ready(client: httpx.AsyncClient) -> bool:
         return (await client.get("/readyz")).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_a_deleted_or_unreadable_keys_file_refuses_every_keyed_request_until_it_is_back(tmp_path, models_dir,
+                                                                                          caplog):
+    """Revocation fails closed: deleting the file (or chmod 000, which stops even root here) takes every key away,
+    with a 503 JSON error and a log line, until the file can be read again."""
+    path, keys = write_keys(tmp_path, ["alpha"])
+    good = path.read_text()
+    settings = make_settings(tmp_path / "state", models_dir, admission_keys_file=str(path))
+    with LiveServer(settings) as live, live.client(keys["alpha"]) as client, \
+            caplog.at_level(logging.INFO, logger="appliance.serve"):
+        assert client.get("/v1/partitions").status_code == 200
+        for take_away, give_back in ((path.unlink, lambda: _replace(path, good)),
+                                     (lambda: path.chmod(0), lambda: path.chmod(0o600))):
+            take_away()
+            assert _wait_for(lambda: client.get("/v1/partitions").status_code == 503), "the old keys were kept"
+            refused = client.get("/v1/partitions")
+            assert refused.json()["error"]["code"] == "keys_unavailable", refused.text
+            assert "refusing every keyed request" in caplog.text
+            caplog.clear()
+            give_back()
+            assert _wait_for(lambda: client.get("/v1/partitions").status_code == 200), "not served again"
+            assert "reloaded: 1 keys" in caplog.text
+
+
+def test_keys_add_as_root_on_a_service_install_lets_the_service_group_read_the_file(tmp_path, models_dir):
+    """The installer gives the data folder to the service user; `sudo appliance keys add` then writes the file
+    0640 with that user's group (0600 root-only would stop the service's boot), and the server takes 0640."""
+    if os.geteuid() != 0:
+        pytest.skip("writes a file for another group: needs root (CI runs as root)")
+    data_dir, path = tmp_path / "data", tmp_path / "etc" / "keys.toml"
+    data_dir.mkdir()
+    os.chown(data_dir, 64123, 64124)  # the service user and its group
+    env = {**os.environ, "APPLIANCE_DATA_DIR": str(data_dir), "APPLIANCE_MODELS_DIR": str(models_dir),
+           "APPLIANCE_ADMISSION_KEYS_FILE": str(path)}
+    for tenant in ("alpha", "beta"):  # created, then appended to
+        done = subprocess.run([sys.executable, "-m", "appliance", "keys", "add", "--tenant", tenant], env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        st = path.stat()
+        assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o640, 0, 64124)
+    assert len(ApiKeys.load(path)) == 2
+    create_app(make_settings(tmp_path / "state", models_dir, admission_keys_file=str(path)))
+
+    mine, _ = write_keys(tmp_path, ["gamma"])  # a data folder root owns: no service, the file stays 0600
+    assert stat.S_IMODE(mine.stat().st_mode) == 0o600

@@ -1,7 +1,8 @@
 """The package installed as a service, the way an admin does it (`sudo sh FILE install`), on a box whose systemd is
 booted: a Debian container (tests/systemd_box.py) with only loopback. The installer creates the user, writes the
 unit, starts it and waits for /readyz; a broken upgrade is rolled back and the previous version restarted by
-systemd; uninstall keeps the data and settings, `--purge` then removes them and the user.
+systemd; `sudo appliance keys add` turns keys on and the service boots and serves with that key; uninstall keeps
+the data and settings, `--purge` then removes them and the user.
 
 Needs root, debootstrap (and Debian's mirror once, for the container's root file system) and systemd-nspawn:
 `just package-tools` installs them. CI runs as root.
@@ -92,6 +93,18 @@ def test_service_install_starts_the_unit_rolls_back_a_broken_upgrade_and_keeps_d
     after = _driver(box, "inventory", QUESTION)
     assert after["documents"] == [PDF.name] and after["again"]["cache"] == "exact", after
     assert after["again"]["answer"] == asked["answer"]
+
+    # Keys on, as an admin does it: root adds a key; the file is root:appliance 0640, so the service still boots.
+    keys_file = f"{ETC}/keys.toml"
+    box.run("sed", "-i", f's|^keys_file = ""|keys_file = "{keys_file}"|', f"{ETC}/appliance.toml")
+    added = box.run(f"{PREFIX}/current/bin/appliance", "keys", "add", "--tenant", "default", timeout=300)
+    assert added.returncode == 0, added.stderr
+    assert box.run("stat", "-c", "%U:%G %a", keys_file).stdout.strip() == "root:appliance 640"
+    box.run("systemctl", "restart", UNIT)
+    ready = box.run(f"{PREFIX}/current/bin/appliance", "ready", "--wait", "600", timeout=700)
+    assert ready.returncode == 0, ready.stderr + box.journal(UNIT)[-3000:]
+    keyed = _driver(box, "keyed", added.stdout.strip())
+    assert keyed == {"status": 200, "documents": [PDF.name], "without_key": 401}, keyed
 
     removed, _ = _install(box, builds["this"], "uninstall")
     assert removed.returncode == 0 and "kept the data" in removed.stderr, removed.stderr

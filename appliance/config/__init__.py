@@ -2,11 +2,11 @@
 validated there (`load.py`); the sections and their defaults are in `sections.py`. Stages receive the sections
 they need, never the environment."""
 from .load import ENV_PREFIX, ConfigError, load_boxes, load_settings
-from .sections import (ENGINE_ROLES, MAX_FUSION_WEIGHT, AdmissionSettings, CacheSettings, ChunkSettings, ClusterBox, ClusterSettings, ConversationSettings,
+from .sections import (ENGINE_ROLES, NAME_PATTERN, MAX_FUSION_WEIGHT, AdmissionSettings, CacheSettings, ChunkSettings, ClusterBox, ClusterSettings, ConversationSettings,
                        EncoderSettings,
                        EngineSettings, GenerateSettings, IndexSettings, ParseSettings, QuotaSettings, RetrieveSettings,
                        RouterSettings, ServerSettings, Settings, TelemetrySettings)
 
-__all__ = ["AdmissionSettings", "CacheSettings", "ChunkSettings", "ClusterBox", "ClusterSettings", "ConfigError", "ConversationSettings", "ENGINE_ROLES", "ENV_PREFIX", "MAX_FUSION_WEIGHT",
+__all__ = ["AdmissionSettings", "CacheSettings", "ChunkSettings", "ClusterBox", "ClusterSettings", "ConfigError", "ConversationSettings", "ENGINE_ROLES", "ENV_PREFIX", "MAX_FUSION_WEIGHT", "NAME_PATTERN",
            "EncoderSettings", "EngineSettings", "GenerateSettings", "IndexSettings", "ParseSettings", "QuotaSettings", "RetrieveSettings",
            "RouterSettings", "ServerSettings", "Settings", "TelemetrySettings", "load_boxes", "load_settings"]

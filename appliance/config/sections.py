@@ -4,6 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# The one rule for a tenant's or a partition's name: the API's, the keys file's and the CLI's.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+
 
 @dataclass(slots=True, frozen=True)
 class ServerSettings:

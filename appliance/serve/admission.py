@@ -178,6 +178,9 @@ class Admission:
         if gate.keys is not None:
             auth = headers.get("authorization", "")
             caller = gate.keys.caller_for_header(auth)
+            if caller is None and gate.keys.unavailable is not None:  # failed closed: the log says why
+                return Refusal("keys_unavailable", 503, "the server cannot read its API keys file: every keyed "
+                               "request is refused until an operator restores it", {"Retry-After": "5"}), ""
             if caller is None:
                 message = "invalid API key" if auth else "missing API key: send Authorization: Bearer <key>"
                 return Refusal("unauthorized", 401, message, {"WWW-Authenticate": "Bearer"}), ""

@@ -29,7 +29,7 @@ _STAGE_SET = frozenset(STAGES)
 # 0.5 ms (a cache lookup) .. 60 s (a long generation behind a queue)
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0)
 REJECT_REASONS = ("unauthorized", "rate_limited", "overloaded", "too_large", "invalid", "slow_body",
-                  "foreign_origin")
+                  "foreign_origin", "keys_unavailable")
 _ANSWERING = frozenset({"ask", "chat"})  # endpoints that consult the answer cache and the router
 
 

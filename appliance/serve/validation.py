@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ..config import NAME_PATTERN
 from .errors import ApiError
-
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 
 
 @dataclass(slots=True, frozen=True)

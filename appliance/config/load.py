@@ -16,7 +16,8 @@ import typing
 from pathlib import Path
 from typing import Any, Mapping
 
-from .sections import ENGINE_ROLES, MAX_FUSION_WEIGHT, ClusterBox, EngineSettings, ParseSettings, Settings
+from .cluster import ClusterBox
+from .sections import ENGINE_ROLES, MAX_FUSION_WEIGHT, EngineSettings, ParseSettings, Settings
 
 ENV_PREFIX = "APPLIANCE_"
 

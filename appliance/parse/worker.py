@@ -52,11 +52,15 @@ def main(sock: socket.socket, function: ParseFunction | None, limits: ParseLimit
 
 
 def _warm_up() -> None:
-    """Imports every module of this package, so the format parsers' libraries load now, not in the first job."""
+    """Imports every module of this package, so the format parsers' libraries load now, not in the first job (and
+    not after `_drop_privileges`, when the installation may be out of the worker's reach)."""
+    import encodings  # codecs load on first use: all now, while the worker may still read the installation
+
     package = importlib.import_module(__package__)
-    for module in pkgutil.iter_modules(package.__path__):
+    names = [f"{__package__}.{m.name}" for m in pkgutil.iter_modules(package.__path__)] + ["charset_normalizer"]
+    for name in names + [f"encodings.{m.name}" for m in pkgutil.iter_modules(encodings.__path__)]:
         try:
-            importlib.import_module(f"{__package__}.{module.name}")
+            importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a parser that cannot import fails its own jobs, with a reason
             pass
 

@@ -103,10 +103,10 @@ class FileIngester:
                                           doc.file.pages if doc else None, digests[i])
         todo = [i for i in range(len(files)) if i not in outcomes]
         prepared: dict[int, NewDocument] = {}
-        # one request queues at most as many files as the pool has workers, so the pool (first come, first served)
-        # takes the files of concurrent requests in turn: 100 slow files from one tenant hold nobody else up for long
+        # the pool serves tenants in turn, so 100 slow files from one tenant delay another tenant's file by about one
+        # job per worker; one request queues at most `workers` files, so a tenant's own requests take turns too
         turns = asyncio.Semaphore(self.parser.workers)
-        parsed = await asyncio.gather(*(self._parse(files[i].data, turns) for i in todo))
+        parsed = await asyncio.gather(*(self._parse(tenant, files[i].data, turns) for i in todo))
         for i, result in zip(todo, parsed):
             if isinstance(result, ParseError):
                 outcomes[i] = FileOutcome(files[i].name, files[i].key, error=FileError(result.code, result.message))
@@ -136,10 +136,10 @@ class FileIngester:
             seen.add(f.key)
         return outcomes
 
-    async def _parse(self, data: bytes | Path, turns: asyncio.Semaphore) -> ParsedDocument | ParseError:
+    async def _parse(self, tenant: str, data: bytes | Path, turns: asyncio.Semaphore) -> ParsedDocument | ParseError:
         async with turns:
             try:
-                return await self.parser.parse(data)
+                return await self.parser.parse(data, tenant)
             except ParseError as exc:
                 return exc
 

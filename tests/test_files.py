@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import time
 
 import httpx
 import pytest
@@ -369,3 +370,37 @@ def test_kept_files_count_against_the_tenants_file_quota(tmp_path, models_dir):
     assert {d["id"] for d in listing["documents"]} == {"a.txt", "b.txt"}, "nothing of the refused file stored"
     assert other.status_code == 200 and freed.status_code == 200, freed.text
     assert still.status_code == 413, still.text
+
+
+def test_a_tenant_flooding_many_requests_does_not_hold_up_another_tenants_file(tmp_path, models_dir):
+    """A tenant's flood as many concurrent one-file requests (each request is bounded to `workers` files, so only
+    the pool's turns between tenants keep this fair): the calm tenant's file takes about one parse longer than
+    alone, not the flood's 12 / 2 workers x 0.5 s."""
+    from appliance.file_ingest import FileIngester, FileInput
+    from appliance.parse import ParseLimits, ParserPool
+    from appliance.wiring import open_services
+    from support import run
+    from test_parse_pool import _scripted
+
+    job = b"sleep 0.5"
+
+    async def timed(files, name: str):
+        start = time.perf_counter()
+        result = await files.ingest("calm", "docs", [FileInput(name, job)])
+        return result, time.perf_counter() - start
+
+    async def scenario():
+        settings = make_settings(tmp_path, models_dir)
+        async with open_services(settings, warm_up=False, generation=False) as services, \
+                ParserPool(2, 30.0, 512, ParseLimits(), _scripted) as pool:
+            files = FileIngester(services.library, pool, settings.chunking, settings.parse.max_file_bytes)
+            _, alone = await timed(files, "first.txt")
+            flood = [asyncio.create_task(files.ingest("flood", "docs", [FileInput(f"f{i}", job)])) for i in range(12)]
+            await asyncio.sleep(0.2)
+            calm, behind = await timed(files, "second.txt")
+            await asyncio.gather(*flood)
+            return calm, alone, behind
+
+    calm, alone, behind = run(scenario())
+    assert [f.status for f in calm.files] == ["created"], calm.files
+    assert behind < alone + 1.5, f"alone {alone:.2f} s, behind the flood {behind:.2f} s"

@@ -18,6 +18,7 @@ import pytest
 from pptx.util import Inches
 
 from appliance.parse import Format, ParseError, ParseErrorCode, ParseLimits, parse_bytes
+from appliance.parse import detect, pdf_layout
 from appliance.parse import docx as docx_parser
 from appliance.parse import html as html_parser
 from appliance.parse import markdown as md_parser
@@ -372,6 +373,51 @@ def test_deeply_nested_html_is_refused_quickly():
         html_parser.parse(b"<div>" * 200_000 + b"deep", LIMITS)
     assert e.value.code is ParseErrorCode.TOO_LARGE and time.perf_counter() - start < 2
     assert html_parser.parse(b"<div>" * 2_000 + b"deep" + b"</div>" * 2_000, LIMITS).text == "deep"
+
+
+# --- regexes on hostile text: time grows with the size, not its square ------------------------------------------
+
+def _seconds(work) -> float:
+    best = float("inf")
+    for _ in range(3):  # the best of three: a busy shared box only ever adds time
+        start = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+HOSTILE_TEXT = {  # what each regex met in the issue or in a sweep: one unit, repeated
+    "markdown detection, brackets": (lambda t: detect.looks_like_markdown(t), "["),
+    "markdown detection, open links": (lambda t: detect.looks_like_markdown(t), "[a](b"),
+    "markdown detection, open emphasis": (lambda t: detect.looks_like_markdown(t), "**a "),
+    "html nesting, open tags": (lambda t: html_parser._nesting_depth(t, 1000), "<a"),
+    "markdown raw html, open scripts": (md_parser.html_text, "<script "),
+    "markdown raw html, open comments": (md_parser.html_text, "<!--"),
+    "markdown raw html, open brackets": (md_parser.html_text, "<"),
+    "markdown raw html, a bracket and blanks": (lambda t: md_parser.html_text("<" + t), " "),
+    "front matter title and blanks": (lambda t: md_parser.split_front_matter(f"---\ntitle:a{t}b\n---\n"), " "),
+    "pdf page number and blanks": (lambda t: pdf_layout._PAGE_NUMBER.match("page" + t), " "),
+    "pdf trailing word": (lambda t: pdf_layout._TRAILING_WORD.search(t + " "), "a"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_TEXT))
+def test_parse_regexes_take_linear_time_on_hostile_text(case):
+    work, unit = HOSTILE_TEXT[case]
+    small, large = unit * (8192 // len(unit)), unit * (32768 // len(unit))
+    one, four = _seconds(lambda: work(small)), _seconds(lambda: work(large))
+    # linear: about 4x at 4x the size; quadratic is 16x (these took 0.3 s -> 5 s and worse before)
+    assert four < 8 * one + 0.05, f"{case}: {one:.3f} s at 8 KiB, {four:.3f} s at 32 KiB"
+
+
+def test_hostile_text_files_parse_far_inside_the_parse_timeout():
+    for data in (b"[" * 262_144, b"<html><body>" + b"<a" * 131_072, b"# t\n\n" + b"<script " * 32_768):
+        start = time.perf_counter()
+        try:
+            parse_bytes(data, LIMITS)
+        except ParseError as exc:  # no text is a fine answer; taking minutes is not
+            assert exc.code is ParseErrorCode.EMPTY
+        assert time.perf_counter() - start < 3, data[:16]
 
 
 # --- zip bombs -------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ it does is chosen by the input's first word, so one pool can meet several hostil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import time
@@ -54,6 +55,21 @@ def _scripted(data: bytes, limits: ParseLimits) -> ParsedDocument:
         return ParsedDocument(Format.TEXT, str(os.getpid()))
     elif command == b"pid":
         return ParsedDocument(Format.TEXT, str(os.getpid()))
+    elif command == b"sleep":  # a slow but honest parse: "sleep 0.4"
+        time.sleep(float(data.split()[1]))
+    elif command == b"huge":  # a reply over the pool's bound (the test's max_chars is small)
+        return ParsedDocument(Format.TEXT, "", [Block("x" * (24 << 20))])
+    elif command == b"whoami":  # the worker's user, and what it can open
+        opened = []
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):  # the listing's own descriptor is gone by now
+                opened.append(Block(os.readlink(f"/proc/self/fd/{fd}")))
+        try:
+            open(data.split()[1], "rb").close()
+            readable = "yes"
+        except PermissionError:
+            readable = "no"
+        return ParsedDocument(Format.TEXT, f"{os.geteuid()} {readable}", opened)
     elif command == b"evil":
         return ParsedDocument(Format.TEXT, "", [Unexpected()])  # type: ignore[list-item]
     return ParsedDocument(Format.TEXT, str(len(data)), [Block(data[:64].decode("utf-8", "replace"))])
@@ -216,6 +232,70 @@ def test_hanging_jobs_do_not_starve_the_others():
     assert [r[0] for r in hostile_first] == [ParseErrorCode.TIMEOUT] * 2 + ["3", "3", "5", "4"]
     assert max(r[1] for r in hostile_first) < 20  # a timeout and a replacement's start-up, not a pile-up
     assert (stats.timeouts, stats.jobs, stats.busy, stats.waiting) == (4, 12, 0, 0)
+
+
+def test_a_flooding_tenant_delays_another_tenants_file_by_about_one_job():
+    """One tenant queues 24 slow files, then another sends one: it waits for one job to end per worker, not for the
+    flood (first come, first served over all files: 24 / 2 workers x 0.4 s = about 5 s)."""
+    job_s = 0.4
+    job = f"sleep {job_s}".encode()
+
+    async def timed(pool: ParserPool, tenant: str) -> float:
+        start = time.perf_counter()
+        await pool.parse(job, tenant)
+        return time.perf_counter() - start
+
+    async def go():
+        async with _pool(workers=2) as pool:
+            alone = min([await timed(pool, "calm") for _ in range(3)])  # its own baseline, on this box now
+            flood = [asyncio.create_task(pool.parse(job, "flood")) for _ in range(24)]
+            await asyncio.sleep(0.1)
+            queued = pool.stats().waiting
+            behind = await timed(pool, "calm")
+            flood_left = sum(not t.done() for t in flood)
+            await asyncio.gather(*flood)
+            return alone, queued, behind, flood_left
+
+    alone, queued, behind, flood_left = asyncio.run(go())
+    assert queued == 22 and flood_left >= 16, (queued, flood_left)
+    assert behind < alone + 3 * job_s, f"alone {alone:.2f} s, behind a flood {behind:.2f} s"
+
+
+def test_a_reply_over_the_bound_is_one_files_error_and_the_worker_is_replaced():
+    async def go():
+        async with ParserPool(1, WORK_TIMEOUT_S, 512, ParseLimits(max_chars=1000), _scripted) as pool:
+            first = pool.pids()
+            code, message = await _code(pool, b"huge")
+            after = await pool.parse(b"fine")
+            return code, message, first, pool.pids(), after
+
+    code, message, first, pids, after = asyncio.run(go())
+    assert code is ParseErrorCode.TOO_LARGE and "reply" in message, message
+    assert after.title == "4" and pids != first  # the rest of the reply was never read: a fresh worker
+
+
+def test_workers_hold_no_inherited_files_and_drop_root(tmp_path):
+    secret = tmp_path / "data" / "store.sqlite"
+    secret.parent.mkdir(mode=0o700)
+    secret.write_bytes(b"tenant data")
+    inherited = os.open(secret, os.O_RDONLY)
+    os.set_inheritable(inherited, True)  # as a careless library might leave one
+
+    async def go():
+        async with _pool() as pool:
+            doc = await pool.parse(f"whoami {secret}".encode())
+            return *doc.title.split(), [b.text for b in doc.blocks]
+
+    try:
+        uid, readable, opened = asyncio.run(go())
+    finally:
+        os.close(inherited)
+    assert str(secret) not in opened and not any(p.startswith(str(tmp_path)) for p in opened), opened
+    if os.geteuid() == 0:
+        import pwd
+        assert int(uid) == pwd.getpwnam("nobody").pw_uid and readable == "no"
+    else:  # an unprivileged server cannot change its workers' user (README, "Parsing")
+        assert int(uid) == os.geteuid() and readable == "yes"
 
 
 def test_cancelled_callers_leave_the_pool_consistent():

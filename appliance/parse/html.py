@@ -16,7 +16,7 @@ from .document import Block, Format, ParsedDocument, ParseError, ParseErrorCode,
 from .text import decode_text
 
 _BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
-_META_CHARSET = re.compile(rb"""<meta[^>]*?charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.IGNORECASE)
+_META_CHARSET = re.compile(rb"""<meta[^<>]*?charset\s*=\s*["']?\s*([A-Za-z0-9._:-]+)""", re.IGNORECASE)
 # WHATWG: these labels mean their supersets; a meta that says UTF-16 on bytes without a BOM means UTF-8.
 _SUPERSETS = {"gb2312": "gb18030", "gbk": "gb18030", "latin-1": "cp1252", "iso8859-1": "cp1252",
               "ascii": "cp1252", "utf-16": "utf-8", "utf-16-le": "utf-8", "utf-16-be": "utf-8"}
@@ -43,7 +43,8 @@ _H1, _HAS_LAYOUT, _NESTED_ARTICLE, _IS_ARTICLE = 1, 2, 4, 8
 _LAYOUT_SIGNS = {"table", "ul", "ol", "dl", "blockquote", "pre", "form", "article", "section", "main", "nav",
                  *_HEADINGS}
 _BR = object()  # a <br> in the inline buffer
-_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9:-]*)[^>]*?(/?)>")
+# `[^<>]`: an unclosed `<a` ends its scan at the next `<`; with `[^>]`, 120 KB of `<a` took quadratic time.
+_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9:-]*+)[^<>]*?(/?)>")
 # Void elements, and those whose end tag pages usually leave out: neither makes the tree deeper for long.
 _NO_END_TAG = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
                "wbr", "param", "keygen", "p", "li", "dt", "dd", "tr", "td", "th", "option", "thead", "tbody",

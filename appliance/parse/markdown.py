@@ -16,10 +16,13 @@ from .document import Block, Format, ParsedDocument, ParseError, ParseErrorCode,
 from .text import decode_text, is_no_space_char
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL | re.MULTILINE)
-_FRONT_TITLE = re.compile(r"^title[ \t]*:[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+_FRONT_TITLE = re.compile(r"^title[ \t]*+:(.*)$", re.MULTILINE)  # stripped after: `(.*?)[ \t]*$` was quadratic
 _MAX_FRONT_MATTER = 64 * 1024
-_HTML_TAG = re.compile(r"<\s*/?\s*([A-Za-z][A-Za-z0-9-]*)")
-_HTML_NOT_TEXT = re.compile(r"<(script|style)\b.*?</\1\s*>|<!--.*?-->", re.DOTALL | re.IGNORECASE)
+# Possessive `\s*+`: `<` and 64 KiB of blanks no longer tries every split of the blanks between the two `\s*`.
+_HTML_TAG = re.compile(r"<\s*+/?\s*+([A-Za-z][A-Za-z0-9-]*)")
+_HTML_NOT_TEXT = re.compile(r"<(script|style)\b|<!--", re.IGNORECASE)  # its end is found by _not_text_end
+_NOT_TEXT_END = {"script": re.compile(r"</script\s*>", re.I), "style": re.compile(r"</style\s*>", re.I)}
+_ANY_TAG = re.compile(r"<[^<>]*>")  # `[^<>]`: a `<` never closed ends its scan at the next `<`, not the text's end
 _KNOWN_TAGS = frozenset(
     "a abbr address article aside b bdi bdo big blockquote br button caption center cite code col colgroup data dd "
     "del details dfn div dl dt em figcaption figure font footer form h1 h2 h3 h4 h5 h6 header hr i iframe img "
@@ -48,7 +51,7 @@ def split_front_matter(text: str) -> tuple[str, str]:
     if match is None:
         return text, ""
     title = _FRONT_TITLE.search(match.group(1))
-    value = title.group(1) if title else ""
+    value = title.group(1).strip(" \t") if title else ""
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
         value = value[1:-1]
     if value[:1] in ("|", ">", "[", "{"):  # a block scalar or a structure: not a plain title
@@ -161,10 +164,28 @@ def inline_text(token: Token) -> str:
 
 def html_text(source: str) -> str:
     """The text of a raw HTML block: tags gone, entities decoded, breaks where the tags break lines."""
-    source = _HTML_NOT_TEXT.sub("", source)
+    source = _without_not_text(source)
     text = _HTML_TAG.sub(lambda m: "\n<" if m.group(1).lower() in _BREAK_TAGS else "<", source)
-    text = re.sub(r"<[^>]*>", "", text)
+    text = _ANY_TAG.sub("", text)
     return "\n".join(line for line in (" ".join(part.split()) for part in unescape(text).split("\n")) if line)
+
+
+def _without_not_text(source: str) -> str:
+    """`source` without scripts, styles and comments. One left open runs to the end (as in a browser), so each
+    start is followed by one search for its end: linear, where `<script\b.*?</script>` rescanned the rest of the
+    text from every unclosed `<script`."""
+    kept, position = [], 0
+    while (start := _HTML_NOT_TEXT.search(source, position)) is not None:
+        kept.append(source[position:start.start()])
+        name = (start.group(1) or "").lower()
+        if name:
+            end = _NOT_TEXT_END[name].search(source, start.end())
+            position = end.end() if end else len(source)
+        else:
+            end_at = source.find("-->", start.end())
+            position = end_at + 3 if end_at >= 0 else len(source)
+    kept.append(source[position:])
+    return "".join(kept)
 
 
 def _inline_html(source: str) -> str:

@@ -15,10 +15,11 @@ _SAME_SIZE = 0.08
 _SHORT_LINE = 0.25  # a line ending this share of the column width early ends its paragraph (with a full stop)
 _SENTENCE_END = tuple(".!?:;\u3002\uff01\uff1f\uff1a\uff1b\u201d\")\u300d")
 _LIST_MARKER = re.compile(r"^([\u2022\u25aa\u25cf\u2013\u25e6*\-]|\(?\d{1,3}[.)]|\(?[a-z][.)])\s")
-_PAGE_NUMBER = re.compile(r"^(page\s*)?[-\u2013\u2014(\[]?\s*\d{1,4}\s*[-\u2013\u2014)\]]?(\s*(of|/)\s*\d{1,4})?$",
+# Possessive `\s*+` and a word start before `$`: a long line of blanks or letters no longer costs quadratic time.
+_PAGE_NUMBER = re.compile(r"^(page\s*+)?[-\u2013\u2014(\[]?\s*+\d{1,4}\s*+[-\u2013\u2014)\]]?(\s*+(of|/)\s*+\d{1,4})?$",
                           re.I)
 _WORD = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*")
-_TRAILING_WORD, _LEADING_WORD = re.compile(r"[^\W\d_]+$"), re.compile(r"^[^\W\d_]+")
+_TRAILING_WORD, _LEADING_WORD = re.compile(r"(?<![^\W\d_])[^\W\d_]+$"), re.compile(r"^[^\W\d_]+")
 _EDGE_LINES = 2  # lines at the top and at the bottom of a page that may be running heads, footers, page numbers
 _NO_SPACE_AFTER = ("-", "\u2010", "\u2013", "\u2014", "/")
 

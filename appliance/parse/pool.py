@@ -32,18 +32,15 @@ from pathlib import Path
 from typing import NoReturn
 
 from .document import ParsedDocument, ParseError, ParseErrorCode, ParseLimits
-from .worker import HEADER, READY, ParseFunction, check_job_reply, load_reply
+from .turns import TenantSlots
+from .wire import Died, ReplyTooLarge, receive, reply_limit, send
+from .worker import READY, ParseFunction, check_job_reply
 from .worker import main as _worker_main
 
 log = logging.getLogger("appliance.parse")
 
 _CONTEXT = multiprocessing.get_context("spawn")
 _REAP_TIMEOUT_S = 10.0  # SIGKILL takes milliseconds; a process still there after this is stuck in the kernel
-
-
-class _Died(Exception):
-    """The worker's end of the socket closed: the process is gone."""
-
 
 
 @dataclass(slots=True, frozen=True)
@@ -71,7 +68,7 @@ class _Worker:
 class ParserPool:
     """`await pool.parse(data)` runs `function(data, limits)` in a worker process (default: `parse_bytes`).
 
-    At most `workers` jobs run at once; further callers wait in FIFO order. A job is bounded by `timeout_s`
+    At most `workers` jobs run at once; further callers wait, tenants taking turns (FIFO within a tenant). A job is bounded by `timeout_s`
     (ParseError TIMEOUT) and by `max_memory_mib` of address space above the worker's own (0: none; OUT_OF_MEMORY);
     a worker that dies is CRASHED. Workers start on first use, or all at once with `start()` / `async with`.
     `function` must be a module-level function (it is pickled by name); `max_jobs` recycles a worker after that
@@ -85,9 +82,9 @@ class ParserPool:
         if function is not None:
             pickle.dumps(function)  # fails here rather than in every worker
         self._size, self._timeout_s, self._max_memory_mib = workers, timeout_s, max_memory_mib
-        self._limits, self._function = limits, function
+        self._limits, self._function, self._reply_limit = limits, function, reply_limit(limits)
         self._max_jobs, self._start_timeout_s = max_jobs, start_timeout_s
-        self._slots = asyncio.Semaphore(workers)  # FIFO: callers are served in arrival order
+        self._slots = TenantSlots(workers)  # per tenant: one tenant's flood does not queue the others behind it
         self._workers: set[_Worker] = set()  # started and warm: idle or busy
         self._idle: deque[_Worker] = deque()
         self._busy: set[_Worker] = set()
@@ -125,12 +122,13 @@ class ParserPool:
         self._check_open()
         await asyncio.gather(*(self._launch() for _ in range(self._size - len(self._workers) - len(self._starts))))
 
-    async def parse(self, data: bytes | Path) -> ParsedDocument:
-        """Parse `data`, or a file read once a slot is free (at most `workers` files in memory, however many wait)."""
+    async def parse(self, data: bytes | Path, tenant: str = "") -> ParsedDocument:
+        """Parse `data`, or a file read once a slot is free (at most `workers` files in memory, however many wait);
+        slots go to the waiting tenants in turn."""
         self._check_open()
         self._queued += 1
         try:
-            await self._slots.acquire()
+            await self._slots.acquire(tenant)
         finally:
             self._queued -= 1
         try:
@@ -152,14 +150,18 @@ class ParserPool:
         self._busy.add(worker)
         try:
             async with asyncio.timeout(self._timeout_s):
-                await _send(worker.sock, data)
-                reply = check_job_reply(await _receive(worker.sock))
+                await send(worker.sock, data)
+                reply = check_job_reply(await receive(worker.sock, self._reply_limit))
         except TimeoutError:
             self._timeouts += 1
             log.warning("parser process %s stopped after %g s", worker.process.pid, self._timeout_s)
             self._retire(worker)
             raise ParseError(ParseErrorCode.TIMEOUT, f"parser stopped after {self._timeout_s:g} s") from None
-        except (_Died, OSError, pickle.UnpicklingError) as exc:
+        except ReplyTooLarge as exc:  # the rest of that reply is still in the socket: the worker cannot be reused
+            log.warning("parser process %s: %s", worker.process.pid, exc)
+            self._retire(worker)
+            raise ParseError(ParseErrorCode.TOO_LARGE, str(exc)) from None
+        except (Died, OSError, pickle.UnpicklingError) as exc:
             await self._died(worker, exc)
         except BaseException:  # cancelled: a half-sent frame or a running parse; the worker cannot be reused
             self._retire(worker)
@@ -189,7 +191,7 @@ class ParserPool:
 
     async def _died(self, worker: _Worker, exc: BaseException) -> NoReturn:
         pid = worker.process.pid
-        if not isinstance(exc, _Died):  # a garbled reply: the worker is not to be trusted any more
+        if not isinstance(exc, Died):  # a garbled reply: the worker is not to be trusted any more
             log.error("parser process %s sent a bad reply: %r", pid, exc)
             worker.process.kill()
         try:
@@ -199,7 +201,7 @@ class ParserPool:
         if self._closed:
             raise RuntimeError("parser pool closed while the file was being parsed")
         self._crashes += 1
-        if not isinstance(exc, _Died):
+        if not isinstance(exc, Died):
             raise ParseError(ParseErrorCode.CRASHED, "parser process sent an invalid reply")
         log.warning("parser process %s died (%s)", pid, _death(exitcode))
         raise ParseError(ParseErrorCode.CRASHED, f"parser process died ({_death(exitcode)})")
@@ -283,10 +285,10 @@ class ParserPool:
         worker = _Worker(process, parent)
         try:
             async with asyncio.timeout(self._start_timeout_s):
-                if await _receive(parent) != READY:
+                if await receive(parent, 1024) != READY:
                     raise pickle.UnpicklingError("a new parser process did not say it was ready")
-        except (_Died, TimeoutError, OSError, pickle.UnpicklingError) as exc:
-            died = _death(await _exit_code(process, timeout_s=1.0)) if isinstance(exc, _Died) else repr(exc)
+        except (Died, ReplyTooLarge, TimeoutError, OSError, pickle.UnpicklingError) as exc:
+            died = _death(await _exit_code(process, timeout_s=1.0)) if isinstance(exc, Died) else repr(exc)
             self._kill(worker)
             raise RuntimeError(f"parser process could not start ({died})") from exc
         except BaseException:
@@ -333,33 +335,6 @@ class ParserPool:
         while (self._starts or self._reapers or self._busy) and time.monotonic() < deadline:
             await asyncio.gather(*self._starts, *self._reapers, return_exceptions=True)
             await asyncio.sleep(0.005 if self._busy else 0)
-
-
-async def _send(sock: socket.socket, data: bytes) -> None:
-    loop = asyncio.get_running_loop()
-    if len(data) < 65536:  # one syscall for small inputs; large ones go from the caller's buffer, uncopied
-        await loop.sock_sendall(sock, HEADER.pack(len(data)) + data)
-    else:
-        await loop.sock_sendall(sock, HEADER.pack(len(data)))
-        await loop.sock_sendall(sock, data)
-
-
-async def _receive(sock: socket.socket) -> tuple:
-    header = await _recv_exactly_async(sock, HEADER.size)
-    body = await _recv_exactly_async(sock, HEADER.unpack(header)[0])
-    return load_reply(body)
-
-
-async def _recv_exactly_async(sock: socket.socket, size: int) -> bytearray:
-    loop = asyncio.get_running_loop()
-    buf = bytearray(size)
-    view, got = memoryview(buf), 0
-    while got < size:
-        n = await loop.sock_recv_into(sock, view[got:])
-        if n == 0:
-            raise _Died()
-        got += n
-    return buf
 
 
 async def _wait_readable(fd: int) -> None:

@@ -15,10 +15,12 @@ import io
 import os
 import pickle
 import pkgutil
+import pwd
 import resource
 import signal
 import socket
 import struct
+import sys
 import traceback
 from collections.abc import Callable
 
@@ -40,6 +42,7 @@ def main(sock: socket.socket, function: ParseFunction | None, limits: ParseLimit
     if function is None:
         from .dispatch import parse_bytes as function
     _warm_up()
+    _drop_privileges()  # after the imports, which read the installation; before the first hostile byte
     warm_vm = _address_space()
     _send_frame(sock, pickle.dumps(READY))
     while (data := _recv_frame(sock)) is not None:  # None: the pool closed its end, or the server died
@@ -49,13 +52,36 @@ def main(sock: socket.socket, function: ParseFunction | None, limits: ParseLimit
 
 
 def _warm_up() -> None:
-    """Imports every module of this package, so the format parsers' libraries load now, not in the first job."""
+    """Imports every module of this package, so the format parsers' libraries load now, not in the first job (and
+    not after `_drop_privileges`, when the installation may be out of the worker's reach)."""
+    import encodings  # codecs load on first use: all now, while the worker may still read the installation
+
     package = importlib.import_module(__package__)
-    for module in pkgutil.iter_modules(package.__path__):
+    names = [f"{__package__}.{m.name}" for m in pkgutil.iter_modules(package.__path__)] + ["charset_normalizer"]
+    for name in names + [f"encodings.{m.name}" for m in pkgutil.iter_modules(encodings.__path__)]:
         try:
-            importlib.import_module(f"{__package__}.{module.name}")
+            importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a parser that cannot import fails its own jobs, with a reason
             pass
+
+
+def _drop_privileges() -> None:
+    """A server run as root has its workers become `nobody`, without groups: a parser exploited by a hostile file
+    can then neither write the data folder nor read it where the folder is not world-readable, nor signal the server.
+
+    Not root (the packaged unit runs as its own user, `appliance`): the worker keeps the server's user, and so its
+    access to the data folder, as an unprivileged process cannot change user; the unit's sandboxing (no new
+    privileges, a read-only system) is then the bound. Spawn already closed every inherited descriptor but the
+    job socket and stdin/out/err, so the worker holds no open database or blob file either way."""
+    if os.geteuid() != 0:
+        return
+    try:
+        nobody = pwd.getpwnam("nobody")
+        os.setgroups([])
+        os.setgid(nobody.pw_gid)
+        os.setuid(nobody.pw_uid)
+    except (KeyError, OSError) as exc:  # no such user, or root without CAP_SETUID (a container): parse anyway
+        print(f"appliance parser: could not drop root privileges: {exc!r}", file=sys.stderr)
 
 
 def _run_job(function: ParseFunction, data: bytes, limits: ParseLimits, max_memory_mib: int, warm_vm: int) -> bytes:

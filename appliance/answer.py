@@ -212,7 +212,8 @@ class Answerer:
         # quote and refuse may put another text in place of the answer: hold it back until it is checked
         hold = self.generate.check_answers and self.generate.unsupported != "label"
         deadline = started + min(req.timeout_s or self.deadline_s, self.deadline_s)
-        stream = engine.stream(prompt.text, max_tokens, self.generate.temperature, req.request_id)
+        stream = engine.stream(prompt.text, max_tokens, self.generate.temperature, req.request_id,
+                               cache_salt=self.engines.salt_for(req.where.tenant))
         try:
             while True:
                 try:

@@ -109,7 +109,7 @@ def _ready(settings: Settings, args) -> None:
                 print(f"ready at {url} (boot {body.get('boot_ms', 0) / 1000:.1f} s)")
                 return
             if last == "failed":
-                sys.exit(f"appliance: the server at {url} failed to boot: {body.get('error')}")
+                sys.exit(f"appliance: the server at {url} failed to boot; its log says why")
             if args.pid and not _running(args.pid):
                 sys.exit(f"appliance: the server (pid {args.pid}) exited before it was ready")
             if time.monotonic() >= deadline:

@@ -43,7 +43,8 @@ class StandaloneQuestions:
     def __init__(self, engines: EngineSet, settings: ConversationSettings):
         self.engines, self.settings = engines, settings
 
-    async def resolve(self, question: str, history: Sequence[Turn], mode: str | None = None) -> Standalone:
+    async def resolve(self, question: str, history: Sequence[Turn], mode: str | None = None,
+                      tenant: str | None = None) -> Standalone:
         """The question to search, route and cache by. `mode` overrides `conversation.standalone` (evaluation)."""
         started = time.perf_counter()
         mode = mode or self.settings.standalone
@@ -63,14 +64,14 @@ class StandaloneQuestions:
         if mode == "rewrite" and len(question) > MAX_REWRITE_QUESTION_CHARS:
             mode = "expand"  # a question this long names its own topic; the expansion adds what it may lack
         if mode == "rewrite":
-            rewritten = await self._rewrite(question, earlier)
+            rewritten = await self._rewrite(question, earlier, tenant)
             if rewritten is not None:
                 return Standalone(rewritten, "rewrite", ms_since(started))
             expanded = await asyncio.to_thread(expand_question, question, earlier)
             return Standalone(expanded, "expand_fallback", ms_since(started))
         return Standalone(await asyncio.to_thread(expand_question, question, earlier), "expand", ms_since(started))
 
-    async def _rewrite(self, question: str, history: list[Turn]) -> str | None:
+    async def _rewrite(self, question: str, history: list[Turn], tenant: str | None) -> str | None:
         # forced: a rewrite the rewrite engine cannot take now is expanded, not sent to the (slower) other engine
         pick = self.engines.pick(self.settings.rewrite_engine, forced=True) if self.engines else None
         if pick is None or pick.engine is None:
@@ -79,7 +80,8 @@ class StandaloneQuestions:
         recent = history[-REWRITE_TURNS:]
         prompt = await asyncio.to_thread(rewrite_prompt, engine.tokenizer, recent, question)
         try:
-            text = await asyncio.wait_for(self._generate(engine, prompt), self.settings.rewrite_timeout_s)
+            text = await asyncio.wait_for(self._generate(engine, prompt, self.engines.salt_for(tenant)),
+                                          self.settings.rewrite_timeout_s)
         except (asyncio.TimeoutError, EngineDown) as exc:
             log.info("rewrite fell back to expansion: %s", type(exc).__name__)
             return None
@@ -88,9 +90,9 @@ class StandaloneQuestions:
             return None
         return usable_rewrite(text, question)
 
-    async def _generate(self, engine, prompt: str) -> str:
+    async def _generate(self, engine, prompt: str, cache_salt: str | None) -> str:
         parts: list[str] = []
-        stream = engine.stream(prompt, self.settings.rewrite_max_tokens, 0.0)
+        stream = engine.stream(prompt, self.settings.rewrite_max_tokens, 0.0, cache_salt=cache_salt)
         try:
             async for delta in stream:
                 parts.append(delta.text)
@@ -122,7 +124,7 @@ class FollowUpAnswers:
         self.inner, self.questions = inner, questions
 
     async def ask(self, req: AskRequest) -> AsyncIterator[Event]:
-        standalone = await self.questions.resolve(req.question, req.history)
+        standalone = await self.questions.resolve(req.question, req.history, tenant=req.where.tenant)
         inner = dataclasses.replace(req, question=standalone.text, asked=req.question)
         async for event in self.inner.ask(inner):
             if isinstance(event, Sources):

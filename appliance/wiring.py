@@ -44,7 +44,8 @@ from .timings import ms_since
 log = logging.getLogger("appliance")
 SAMPLES = Path(__file__).parent / "samples"
 DEMO_TENANT, DEMO_PARTITION = "default", "demo"
-CALIBRATED_ENCODERS = ("minilm",)  # the semantic cache's English threshold was chosen on MiniLM's QQP vectors
+CALIBRATED_ENCODERS = ("minilm",)
+WARM_TENANTS = 16  # tenants whose prefixes boot prefills (each is a few prefills per engine); others warm as they ask  # the semantic cache's English threshold was chosen on MiniLM's QQP vectors
 
 
 class DataDirBusy(RuntimeError):
@@ -255,7 +256,9 @@ async def _warm_up(s: Settings, retriever: Retriever, encoders: EncoderSet, char
             await retriever.search("warm up", PartitionFilter(info.tenant, (info.name,)), 1)
     warm["partitions"] = ms_since(t)
     if engines:
-        warm["prefixes"] = await engines.warm_up(lambda tok: warm_up_prompts(tok, s.generate.concise))
+        # each tenant's prompts have their own prefix-cache salt: warm the prefixes of the tenants there are
+        tenants = library.tenants()[:WARM_TENANTS] or [None]
+        warm["prefixes"] = await engines.warm_up(lambda tok: warm_up_prompts(tok, s.generate.concise), tenants)
     log.info("warm-up done in %.0f ms (%s)", ms_since(started), ", ".join(f"{k} {v:.0f} ms" for k, v in warm.items()))
     return warm
 

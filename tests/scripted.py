@@ -33,6 +33,7 @@ class ScriptedEngine:
         self.estimated_wait_s = 0.0
         self.starts = 0
         self.prompts: list[str] = []  # every prompt it was asked to answer
+        self.salts: list[str | None] = []  # the cache salt each came with
         self.aborted = 0  # streams closed before they finished
         self._listener = None
 
@@ -62,10 +63,11 @@ class ScriptedEngine:
                             self.in_flight, max(0, self.starts - 1), self.estimated_wait_s, 0.0)
 
     async def stream(self, prompt: str, max_tokens: int, temperature: float = 0.0, request_id: str | None = None,
-                     learn: bool = True) -> AsyncIterator[Delta]:
+                     learn: bool = True, cache_salt: str | None = None) -> AsyncIterator[Delta]:
         if not self.up:
             raise EngineDown(f"{self.role} engine is {self.state}")
         self.prompts.append(prompt)
+        self.salts.append(cache_salt)
         self.in_flight += 1
         finished = False
         try:

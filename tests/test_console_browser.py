@@ -358,3 +358,54 @@ def test_the_overview_shows_the_engines_and_one_going_down(llm_served, browser, 
         _wait(lambda: int(page.locator("[data-restarts=small]").inner_text()) > restarts, timeout=180)
         assert "engine small" in page.locator(".events").inner_text()
         page.wait_for_selector("[data-engine=small][data-state=up]", timeout=300_000)
+
+
+HOSTILE_ID = "<img src=x onerror=\"window.__pwned='id'\">"
+HOSTILE_TITLE = "<script>window.__pwned='title'</script>"
+HOSTILE_FILE = "<img src=x onerror=window.__pwned='file'>.txt"
+HOSTILE_TEXT = ("The XK pump turns at 2900 rpm <svg onload=\"window.__pwned='text'\"></svg> and its seals last "
+                "4000 hours <iframe srcdoc=\"<script>parent.__pwned='frame'</script>\"></iframe>.")
+# markup a browser would run if any of it went in as HTML instead of text
+RAN = """() => ({pwned: window.__pwned ?? null,
+    planted: document.querySelectorAll('[onerror], [onload], iframe, img[src=x]').length,
+    scripts: [...document.scripts].filter((s) => s.textContent.includes('__pwned')).length})"""
+
+
+def test_hostile_markup_in_documents_shows_as_text_and_never_runs(open_box, browser):
+    """Ids, titles, text and file names are the clients' own strings: the console shows them literally (partition
+    and tenant names cannot hold markup: the API refuses them)."""
+    with open_box.client() as c:
+        stored = c.post("/v1/documents", json={"tenant": "hostile", "partition": "markup", "documents": [
+            {"id": HOSTILE_ID, "title": HOSTILE_TITLE, "text": HOSTILE_TEXT}]})
+        assert stored.status_code == 200, stored.text
+        uploaded = c.post("/v1/files", data={"tenant": "hostile", "partition": "markup"},
+                          files=[("file", (HOSTILE_FILE, b"The XK valve closes in two seconds.", "text/plain"))])
+        assert uploaded.status_code == 200, uploaded.text
+        refused = c.post("/v1/documents", json={"tenant": "hostile", "partition": "<script>x</script>",
+                                                "documents": [{"text": "x"}]})
+        assert refused.status_code == 422 and refused.json()["error"]["field"] == "partition"
+    with watched(browser, open_box.url) as w:
+        w.open("documents")
+        page = w.page
+        _pick_tenant(w, "hostile")
+        page.click("[data-partition=markup]")
+        page.wait_for_selector("text=Documents in markup")
+        listed = page.locator("#view-documents").inner_text()
+        assert HOSTILE_ID in listed and HOSTILE_TITLE in listed and HOSTILE_FILE in listed, listed
+        assert page.evaluate(RAN) == {"pwned": None, "planted": 0, "scripts": 0}
+        w.open("ask")
+        question = "<img src=x onerror=\"window.__pwned='question'\"> How fast does the XK pump turn?"
+        page.fill("#ask-input", question)
+        page.click("form.ask button[type=submit]")
+        page.wait_for_selector(".msg.assistant .route")
+        thread = page.locator(".thread").inner_text()
+        assert question in thread, thread
+        passages = []
+        sources = page.locator(".msg.assistant .sources button")
+        for n in range(sources.count()):  # each source opened: the file's and the document's
+            sources.nth(n).click()
+            passages.append(page.locator(".passage").inner_text())
+        shown = "\n".join(passages)
+        assert "<svg onload=" in shown and "<iframe srcdoc=" in shown and HOSTILE_FILE in shown, shown
+        assert HOSTILE_TITLE in shown or HOSTILE_ID in shown, shown
+        assert page.evaluate(RAN) == {"pwned": None, "planted": 0, "scripts": 0}

@@ -320,6 +320,11 @@ FOREIGN = [  # (method, path, headers, the header the error names)
      "Origin"),  # what a cross-site form upload sends
     ("POST", "/v1/ask", {"Origin": "null", **JSON}, "Origin"),
     ("GET", "/v1/partitions?tenant=normal", {"Origin": "https://localhost.evil.example"}, "Origin"),
+    # another port of the server's own host is another site (a dev server's page), as is a scheme not the web's
+    ("GET", "/v1/partitions?tenant=normal", {"Origin": "http://localhost:3000"}, "Origin"),
+    ("POST", "/v1/documents", {"Origin": "http://127.0.0.1:3000", **JSON}, "Origin"),
+    ("GET", "/v1/partitions?tenant=normal", {"Origin": "http://localhost"}, "Origin"),
+    ("GET", "/v1/partitions?tenant=normal", {"Origin": "ftp://localhost"}, "Origin"),
 ]
 
 
@@ -332,7 +337,9 @@ def test_foreign_hosts_and_origins_are_refused(hostile):
     port = hostile.port
     with hostile.client() as c:
         for headers in ({"Host": f"localhost:{port}"}, {"Host": f"[::1]:{port}"}, {"Host": "127.0.0.2"},
-                        {"Origin": "http://localhost:3000"}, {"Origin": f"http://127.0.0.1:{port}"}):
+                        {"Origin": f"http://localhost:{port}"}, {"Origin": f"http://127.0.0.1:{port}"},
+                        {"Host": f"[::1]:{port}", "Origin": f"http://[::1]:{port}"},
+                        {"Host": "localhost", "Origin": "https://localhost"}):  # behind a TLS proxy
             assert c.get("/v1/partitions", params={"tenant": NORMAL}, headers=headers).status_code == 200, headers
 
 

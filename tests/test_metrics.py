@@ -231,3 +231,13 @@ def test_otel_off_makes_no_provider_and_otlp_needs_an_endpoint():
     telemetry.shutdown()
     with pytest.raises(RuntimeError, match="otel_endpoint"):
         Telemetry(TelemetrySettings(otel=True, otel_exporter="otlp"), Metrics())
+
+
+def test_a_tenant_scrape_has_no_prefix_cache_series():
+    """Prefix-cache hits tell whether someone's prompt was seen before: rendered for admins only."""
+    m = Metrics()
+    m.attach_engines(lambda: {"small": engine_status("small", "up")})
+    public, _ = m.render(admin=False)
+    full, _ = m.render()
+    assert b"prefix_cache" not in public and b"vllm:num_requests_running" in public
+    assert b"vllm:prefix_cache_hits_total" in full and b"appliance_prefix_cache_hit_ratio" in full

@@ -141,9 +141,11 @@ class VllmEngine:
             return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs), stat_loggers=[factory])
 
     async def stream(self, prompt: str, max_tokens: int, temperature: float = 0.0,
-                     request_id: str | None = None, learn: bool = True) -> AsyncIterator[Delta]:
+                     request_id: str | None = None, learn: bool = True,
+                     cache_salt: str | None = None) -> AsyncIterator[Delta]:
         """Token deltas for `prompt`. Closing the iterator early (a client went away) aborts the request.
-        `learn=False` keeps an atypical request (a warm-up prefill of a cold prefix) out of the wait estimate."""
+        `learn=False` keeps an atypical request (a warm-up prefill of a cold prefix) out of the wait estimate.
+        `cache_salt`: the prompt shares prefix-cache blocks only with prompts of the same salt (salt.py)."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
         from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
@@ -158,8 +160,9 @@ class VllmEngine:
         self.in_flight += 1
         produced = 0
         started = time.perf_counter()
+        inputs = {"prompt": prompt, "cache_salt": cache_salt} if cache_salt else prompt
         try:
-            async for out in self._llm.generate(prompt, params, request_id=request_id):
+            async for out in self._llm.generate(inputs, params, request_id=request_id):
                 if not produced and learn:
                     self._learn_wait((time.perf_counter() - started) / sharing)
                 piece = out.outputs[0]

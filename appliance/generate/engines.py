@@ -11,9 +11,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from .salt import CacheSalts
 
 log = logging.getLogger("appliance.generate")
 MAX_BACKOFF_S = 60.0
@@ -90,8 +92,9 @@ class TextEngine(Protocol):
     def mark_down(self) -> None: ...
 
     def stream(self, prompt: str, max_tokens: int, temperature: float = 0.0, request_id: str | None = None,
-               learn: bool = True) -> AsyncIterator[Delta]:
-        """Token deltas; closing the iterator early aborts the request. Raises EngineDown if the engine dies."""
+               learn: bool = True, cache_salt: str | None = None) -> AsyncIterator[Delta]:
+        """Token deltas; closing the iterator early aborts the request. Raises EngineDown if the engine dies.
+        `cache_salt`: prompts share prefix-cache blocks only with prompts of the same salt."""
         ...
 
     def status(self) -> EngineStatus: ...
@@ -111,8 +114,10 @@ class EngineSet(Mapping[str, TextEngine]):
 
     def __init__(self, engines: Mapping[str, TextEngine], wait_budget_s: float = float("inf"),
                  restart_delay_s: float = 2.0, after_start: Callable[[], None] | None = None,
-                 start_together: bool = False):
+                 start_together: bool = False, salts: CacheSalts | None = None):
+        """`salts`: each tenant's prompts get their own prefix-cache salt (None: all share one cache)."""
         self._engines = dict(engines)
+        self._salts = salts
         self.start_together = start_together
         self.roles: tuple[str, ...] = tuple(self._engines)
         self.wait_budget_s = wait_budget_s  # an engine whose estimated wait is above this takes no new request
@@ -122,6 +127,7 @@ class EngineSet(Mapping[str, TextEngine]):
         self._restarting: dict[str, asyncio.Task] = {}
         self._supervisor: asyncio.Task | None = None
         self._prompts_for: Callable[[Any], list[str]] | None = None
+        self._warm_tenants: tuple[str | None, ...] = (None,)
 
     def __getitem__(self, role: str) -> TextEngine:
         return self._engines[role]
@@ -159,19 +165,27 @@ class EngineSet(Mapping[str, TextEngine]):
         for engine in self._engines.values():
             await engine.stop()
 
-    async def warm_up(self, prompts_for: Callable[[Any], list[str]]) -> float:
-        """Prefill every prompt (rendered with each engine's own tokenizer) once on each engine, so the first
-        request already hits the prefix cache. Returns the milliseconds it took."""
+    def salt_for(self, tenant: str | None) -> str | None:
+        """The prefix-cache salt of a tenant's prompts (None: unsalted)."""
+        return self._salts.for_tenant(tenant) if self._salts is not None else None
+
+    async def warm_up(self, prompts_for: Callable[[Any], list[str]], tenants: Sequence[str | None] = (None,)) -> float:
+        """Prefill every prompt (rendered with each engine's own tokenizer) once on each engine under each tenant's
+        salt, so the tenants' first requests already hit the prefix cache. Returns the milliseconds it took."""
         started = time.perf_counter()
         self._prompts_for = prompts_for  # a restarted engine comes back with an empty cache: warm it again
+        self._warm_tenants = tuple(tenants) if self._salts is not None else (None,)  # unsalted: one cache
         for engine in self._engines.values():
             await self._prefill(engine)
         return (time.perf_counter() - started) * 1000
 
     async def _prefill(self, engine: TextEngine) -> None:
-        if self._prompts_for is not None:
-            for prompt in self._prompts_for(engine.tokenizer):
-                async for _ in engine.stream(prompt, max_tokens=1, learn=False):
+        if self._prompts_for is None:
+            return
+        prompts = self._prompts_for(engine.tokenizer)
+        for tenant in self._warm_tenants:
+            for prompt in prompts:
+                async for _ in engine.stream(prompt, max_tokens=1, learn=False, cache_salt=self.salt_for(tenant)):
                     pass
 
     def pick(self, preferred: str, forced: bool = False, exclude: tuple[str, ...] = ()) -> Pick:

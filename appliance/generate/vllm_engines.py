@@ -22,6 +22,7 @@ from ..paths import ModelNotFound, checkpoint_folder
 from .engine import VllmEngine
 from .engines import EngineLimits, EngineSet
 from .platform import detect_device, vllm_can_run_awq
+from .salt import CacheSalts
 
 log = logging.getLogger("appliance.generate")
 PIDS_FILE = "engine-pids.json"
@@ -105,7 +106,7 @@ def build_vllm_engines(engines: dict[str, EngineSettings], generate: GenerateSet
     # processes takes most of a boot); a GPU engine sizes its cache from the memory free while it starts
     return EngineSet(built, wait_budget_s, generate.restart_delay_s,
                      after_start=lambda: _record_pids(built.values(), state_dir / PIDS_FILE),
-                     start_together=device == "cpu")
+                     start_together=device == "cpu", salts=CacheSalts.load(state_dir))
 
 
 def _record_pids(engines, pids_file: Path) -> None:

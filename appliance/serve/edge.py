@@ -55,7 +55,8 @@ class BootState:
 
     def not_ready(self) -> ApiError:
         if self.phase is Phase.FAILED:
-            return ApiError.unavailable("not_ready", f"boot failed: {self.error}")
+            # why is in the log (and for an admin key on /readyz): paths and settings are no client's business
+            return ApiError.unavailable("not_ready", "boot failed; the server's log says why")
         return ApiError.unavailable("not_ready", "shutting down" if self.phase is Phase.STOPPING else "warming up")
 
 

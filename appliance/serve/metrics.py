@@ -31,6 +31,9 @@ BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 REJECT_REASONS = ("unauthorized", "rate_limited", "overloaded", "too_large", "invalid", "slow_body",
                   "foreign_origin", "keys_unavailable")
 _ANSWERING = frozenset({"ask", "chat"})  # endpoints that consult the answer cache and the router
+# Prefix-cache hits move when any tenant's prompt repeats one sent before: read by another tenant, they tell it
+# whether its guess at someone's prompt was asked already. Admins only.
+ADMIN_ONLY = ("vllm:prefix_cache_", "appliance_prefix_cache_")
 
 
 @dataclass(slots=True)
@@ -54,6 +57,8 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()  # no auto-describe: collect() runs only at scrape
         r = self.registry
+        self._public = CollectorRegistry()  # the same series less ADMIN_ONLY's, for a tenant's key
+        self._public.register(_Without(r, ADMIN_ONLY))
         self.stage_seconds = Histogram("appliance_stage_seconds", "Time spent per request stage", ["stage"],
                                        buckets=BUCKETS, registry=r)
         self.requests = Counter("appliance_requests", "Requests answered, by endpoint and HTTP status",
@@ -117,8 +122,9 @@ class Metrics:
     def set_gauge_source(self, name: str, help: str, fn: Callable[[], float]) -> None:
         self._gauges.sources[name] = (help, fn)
 
-    def render(self) -> tuple[bytes, str]:
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+    def render(self, admin: bool = True) -> tuple[bytes, str]:
+        """`admin` False: without the series only admins see (ADMIN_ONLY)."""
+        return generate_latest(self.registry if admin else self._public), CONTENT_TYPE_LATEST
 
 
 class _EngineCollector:
@@ -162,6 +168,16 @@ class _EngineCollector:
                 if value is not None:
                     family.add_metric(labels, value)
         yield from (f for f in (running, waiting, kv, queries, hits, ratio, up, restarts, in_flight) if f.samples)
+
+
+class _Without:
+    """Another registry's series, less those whose names start with one of `prefixes`."""
+
+    def __init__(self, registry: CollectorRegistry, prefixes: tuple[str, ...]):
+        self.registry, self.prefixes = registry, prefixes
+
+    def collect(self) -> Iterator[Metric]:
+        return (m for m in self.registry.collect() if not m.name.startswith(self.prefixes))
 
 
 class _GaugeSources:

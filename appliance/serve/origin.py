@@ -5,7 +5,8 @@ a "simple" cross-site POST (text/plain or a form, no CORS preflight) that would 
 with DNS rebinding (its own name resolving to 127.0.0.1) it can read every answer, since the browser then treats
 the server as the page's own origin. Refused here before any body is read: a POST (or PATCH) to a JSON route without
 `Content-Type: application/json` (415), a Host that is neither loopback, nor `server.host`, nor listed in
-`server.allowed_hosts`, and an `Origin` whose host is not one of those (403). Clients that are not browsers
+`server.allowed_hosts`, and an `Origin` whose host is not one of those, or whose port is not the one the request
+was sent to (403). Clients that are not browsers
 (curl, the openai client) send a matching Host and no Origin, and are unaffected. POST /v1/files takes
 multipart/form-data, which a page's form can send without a preflight: browsers send `Origin` with every
 cross-site POST, so such a form is refused by the Origin check.
@@ -26,6 +27,7 @@ from .errors import ApiError
 
 _WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})  # a bind address that is every interface names no host
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class HostPolicy:
@@ -37,6 +39,7 @@ class HostPolicy:
         if server.host not in _WILDCARD_BINDS:  # bound to one address: clients use that one
             names.add(host_name(server.host))
         self.names = frozenset(names - {""})
+        self.port = server.port  # what a request without a Host header was sent to
 
     def allows(self, name: str) -> bool:
         return name == "localhost" or name in self.names or _is_loopback_ip(name)
@@ -90,7 +93,7 @@ class OriginCheck:
             return ApiError.forbidden(f"Host {host[:100]!r} is not served here; add it to server.allowed_hosts",
                                       "Host")
         origin = headers.get("origin")
-        if origin is not None and not self.policy.allows(_origin_host(origin)):
+        if origin is not None and not self._same_origin(origin, host, scope.get("scheme", "http")):
             return ApiError.forbidden(f"requests from web pages at {origin[:100]!r} are refused", "Origin")
         expected = self._body_type(scope) if scope["method"] in _BODY_METHODS else None
         if expected is not None:
@@ -99,14 +102,29 @@ class OriginCheck:
                 return ApiError.unsupported_media_type(given, expected)
         return None
 
+    def _same_origin(self, origin: str, host: str | None, scheme: str) -> bool:
+        """Whether a page at `origin` is this server's own: an allowed host, and the port the request was sent to
+        (another port on the same host is another site, e.g. a dev server on localhost:3000). https is accepted
+        beside the request's own scheme: a TLS proxy in front of the server sends plain http on."""
+        try:
+            page = urlsplit(origin.strip())
+            page_port = page.port
+        except ValueError:
+            return False
+        if page.scheme not in (scheme, "https") or not self.policy.allows((page.hostname or "").rstrip(".")):
+            return False
+        default = DEFAULT_PORTS[page.scheme]
+        sent_to = host_port(host) if host is not None else self.policy.port
+        return (page_port or default) == (sent_to or default)
+
     def _body_type(self, scope: Scope) -> str | None:
         # FULL: the path and this method (a path's GET shares the route and takes no body)
         return next((kind for route, kind in self.body_routes if route.matches(scope)[0] is Match.FULL), None)
 
 
-def _origin_host(origin: str) -> str:
-    """An Origin's host ("" for "null", sent by sandboxed and file: pages, which no allowed host matches)."""
-    try:
-        return (urlsplit(origin.strip()).hostname or "").rstrip(".")
-    except ValueError:
-        return ""
+def host_port(value: str) -> int | None:
+    """The port of a Host header (None: none given, the scheme's default; or not a number)."""
+    value = value.strip()
+    tail = value[value.find("]") + 1:] if value.startswith("[") else value
+    _, colon, port = tail.rpartition(":")
+    return int(port) if colon and port.isdigit() else None

@@ -5,6 +5,7 @@ reaches the wire two different ways.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import PurePath
 from typing import Any
 
 from ..answer_checks import grounding_json
@@ -15,6 +16,9 @@ from ..library import IngestResult, PartitionInfo
 from ..reindexing import ReindexJob
 from ..store import FileDocument
 from ..retrieve import Hit
+
+
+PREFIX_CACHE_FIELDS = ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate")
 
 
 def hit_json(h: Hit) -> dict[str, Any]:
@@ -97,14 +101,26 @@ def ingest_json(r: IngestResult) -> dict[str, Any]:
     return out
 
 
-def engine_json(s: EngineStatus) -> dict[str, Any]:
-    return asdict(s)  # the field names are the JSON keys /v1/engines has always had
+def engine_json(s: EngineStatus, admin: bool) -> dict[str, Any]:
+    """The field names are the JSON keys /v1/engines has always had; the model by its folder's name (a path is a
+    map of the box's folders), the prefix cache's figures for an admin only (they tell whether another tenant's
+    prompt was seen)."""
+    out = asdict(s)
+    out["model"] = model_name(s.model)
+    if not admin:
+        for key in PREFIX_CACHE_FIELDS:
+            out.pop(key)
+    return out
+
+
+def model_name(model: str) -> str:
+    return PurePath(model or "").name
 
 
 def model_json(role: str, status: EngineStatus | None) -> dict[str, Any]:
     """An engine as an OpenAI model entry; `status` None: configured but not running (generation off)."""
     return {"id": role, "object": "model", "created": 0, "owned_by": "rag-appliance",
-            "root": status.model if status else None, "state": status.state if status else "disabled",
+            "root": model_name(status.model) if status else None, "state": status.state if status else "disabled",
             "max_model_len": status.max_model_len if status else None}
 
 

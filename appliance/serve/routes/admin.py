@@ -21,8 +21,9 @@ async def healthz(request: Request) -> JSONResponse:
 
 
 async def readyz(request: Request) -> JSONResponse:
-    """200 once warm-up is done; 503 while starting or stopping, or after a failed boot (with the error), so a
-    probe can tell "starting" from "dead" while the port is already open."""
+    """200 once warm-up is done; 503 while starting or stopping, or after a failed boot, so a probe can tell
+    "starting" from "dead" while the port is already open. Why a boot failed (paths, settings) is for an admin
+    key's request and the log: the probe is open to anyone."""
     boot: BootState = request.app.state.boot
     if request.app.state.draining:  # the balancer moves new requests away; those in progress finish
         return JSONResponse({"status": "draining"}, status_code=503)
@@ -33,17 +34,26 @@ async def readyz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ready", "boot_ms": report.boot_ms, "warm_up_ms": report.warm_up_ms,
                              "encoder_graphs": graphs})
     body = {"status": boot.phase.value}
-    if boot.error:
+    if boot.error and _admin(request):
         body["error"] = boot.error
     return JSONResponse(body, status_code=503)
 
 
-async def metrics(request: Request) -> Response:
-    """With API keys on, any tenant's key: the numbers say who is busy and which models run."""
+def _admin(request: Request) -> bool:
+    """An admin key in Authorization (outside /v1/, no admission has looked at it)."""
     keys = edge(request).gate.keys
-    if keys is not None and keys.caller_for_header(request.headers.get("authorization", "")) is None:
+    caller = keys.caller_for_header(request.headers.get("authorization", "")) if keys is not None else None
+    return caller is not None and caller.admin
+
+
+async def metrics(request: Request) -> Response:
+    """With API keys on, any tenant's key: the numbers say who is busy and which models run; the prefix cache's
+    figures only with an admin key (they tell whether another tenant's prompt was seen)."""
+    keys = edge(request).gate.keys
+    caller = keys.caller_for_header(request.headers.get("authorization", "")) if keys is not None else None
+    if keys is not None and caller is None:
         raise ApiError.unauthorized("/metrics needs an API key: send Authorization: Bearer <key>")
-    body, content_type = edge(request).metrics.render()
+    body, content_type = edge(request).metrics.render(admin=caller is None or caller.admin)
     return Response(body, media_type=content_type)
 
 

@@ -51,7 +51,8 @@ async def models(request: Request) -> JSONResponse:
 
 async def engines(request: Request) -> JSONResponse:
     status = require_ready(request).engines.status()
-    return JSONResponse({"engines": {role: engine_json(s) for role, s in status.items()}})
+    admin = request.state.tenant is None  # an admin key's, or any client's on a box without keys
+    return JSONResponse({"engines": {role: engine_json(s, admin) for role, s in status.items()}})
 
 
 routes = [

@@ -20,7 +20,7 @@ from . import __version__
 from .config import Settings
 from .backup_archive import KEYS, MANIFEST, UnsafeBackup, extract, read_member, write_archive
 from .index import CURRENT, version_files
-from .keys_file import KeysFileError, read_keys
+from .keys_file import KeysFileError, read_keys, service_group
 from .store import copied_contents, copy_database
 from .wiring import lock_data_dir
 
@@ -199,8 +199,12 @@ def _restore_keys(settings: Settings, kept: Path, source: Path) -> bool:
         raise BackupError(f"{keys_file} exists: the backup's keys were not copied over it (they are in "
                           f"{source})")
     Path(keys_file).parent.mkdir(parents=True, exist_ok=True)
+    group = service_group(settings.data_dir)  # root restoring a service install's keys: the service must read them
     fd = os.open(keys_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with open(fd, "wb") as out:
+        if group is not None:  # before the keys are written, as `keys add` does
+            os.fchown(out.fileno(), -1, group)
+            os.fchmod(out.fileno(), 0o640)
         out.write(kept.read_bytes())
     return True
 

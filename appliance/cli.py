@@ -20,10 +20,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli_box import add_box_commands
+from .cli_box import add_box_commands, local_server
 from .cli_cluster import add_cluster_commands
 from .cli_eval import add_eval_commands, fusion_weight
-from .client import ApplianceClient, ServerError, ServerUnreachable, base_url
+from .client import ApplianceClient, ServerError, ServerUnreachable
 from .config import ConfigError, Settings, load_settings
 
 BATCH = 128
@@ -341,7 +341,8 @@ def _keys_add(settings: Settings, args) -> None:
 
 def _cache_entries(settings: Settings, args) -> None:
     params = {"tenant": args.tenant} if args.tenant else {}
-    with ApplianceClient(args.url or _address(settings), args.key) as server:
+    url, verify = local_server(settings)
+    with ApplianceClient(args.url or url, args.key, verify=verify) as server:
         if args.what == "list":
             reply = server.get("/v1/cache/entries", {**params, "limit": args.limit})
         else:
@@ -375,13 +376,10 @@ def _add_key(parser: argparse.ArgumentParser) -> None:
                         help="API key for a server with keys on (default: $APPLIANCE_API_KEY)")
 
 
-def _address(settings: Settings) -> str:
-    return base_url(settings.server.host, settings.server.port)
-
-
 def _connect(settings: Settings, args) -> ApplianceClient | None:
     """A client of the server at the configured address when it is ready; None when nothing answers there."""
-    server = ApplianceClient(_address(settings), args.key)
+    url, verify = local_server(settings)
+    server = ApplianceClient(url, args.key, verify=verify)
     try:
         if server.is_up():
             return server

@@ -1,10 +1,19 @@
 """`appliance models|doctor|backup|restore`: the box's own upkeep (model files, health, copies of its data)."""
 from __future__ import annotations
 
+import ssl
 import sys
 from pathlib import Path
 
+from .client import base_url, local_tls
 from .config import Settings
+
+
+def local_server(settings: Settings) -> tuple[str, ssl.SSLContext | bool]:
+    """Where the box's own CLI reaches its server: the URL, and how to check the certificate when it serves TLS."""
+    tls = bool(settings.server.tls_cert_file)
+    verify = local_tls(settings.cluster.ca_file) if tls else True
+    return base_url(settings.server.host, settings.server.port, tls), verify
 
 
 def add_box_commands(commands) -> None:
@@ -94,11 +103,11 @@ def _ready(settings: Settings, args) -> None:
 
     import httpx
 
-    from .client import base_url
-
-    url = base_url(settings.server.host, settings.server.port) + "/readyz"
+    server, verify = local_server(settings)
+    url = server + "/readyz"
     deadline, last = time.monotonic() + args.wait, "nothing answers"
-    with httpx.Client(timeout=5, trust_env=False) as http:  # a box's proxy settings must not catch loopback
+    # trust_env off: a box's proxy settings must not catch loopback
+    with httpx.Client(timeout=5, trust_env=False, verify=verify) as http:
         while True:
             try:
                 body = http.get(url).json()

@@ -6,17 +6,26 @@ The CLI's one way to talk to a running server. Errors are typed, so callers need
 from __future__ import annotations
 
 import json
+import ssl
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 
 
-def base_url(host: str, port: int) -> str:
+def base_url(host: str, port: int, tls: bool = False) -> str:
     """The URL a local client reaches a server bound to `host`:`port` at: one bound to every interface is reached
-    on loopback ("0.0.0.0" is no host name it answers to)."""
+    on loopback ("0.0.0.0" is no host name it answers to); https when the server serves TLS itself."""
     host = {"0.0.0.0": "127.0.0.1", "::": "[::1]", "": "127.0.0.1"}.get(host, host)
-    return f"http://{host}:{port}"
+    return f"{'https' if tls else 'http'}://{host}:{port}"
+
+
+def local_tls(ca_file: str = "") -> ssl.SSLContext:
+    """How the box's own CLI checks its TLS server: the certificate must chain to the site's CA (`ca_file`, else
+    the system's), but it names the box, not the loopback address the CLI dials, so the name is not compared."""
+    context = ssl.create_default_context(cafile=ca_file or None)
+    context.check_hostname = False
+    return context
 
 
 class ServerError(Exception):
@@ -32,10 +41,11 @@ class ServerUnreachable(ConnectionError):
 
 
 class ApplianceClient:
-    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 600.0):
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 600.0,
+                 verify: ssl.SSLContext | bool = True):
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, verify=verify)
 
     def __enter__(self) -> ApplianceClient:
         return self

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -88,8 +89,9 @@ class FileIngester:
 
     async def ingest(self, tenant: str, partition: str, files: list[FileInput], kind: str | None = None,
                      wait: bool = True, wait_timeout_s: float | None = None, *,
-                     language: str | None = None) -> FilesResult:
-        """Parse and store the files; one outcome per file, in order (`kind`, `language`: as `Library.ingest`)."""
+                     language: str | None = None, on_stored: Callable[[], None] | None = None) -> FilesResult:
+        """Parse and store the files; one outcome per file, in order (`kind`, `language`: as `Library.ingest`;
+        `on_stored`: as `Library.write`, called when something was stored)."""
         sizes = await asyncio.to_thread(lambda: [f.size() for f in files])
         outcomes = self._refused(files, sizes)
         digests = await asyncio.to_thread(lambda: [f.sha256() if i not in outcomes else "" for i, f in
@@ -112,7 +114,8 @@ class FileIngester:
                 outcomes[i] = FileOutcome(files[i].name, files[i].key, error=FileError(result.code, result.message))
             else:
                 prepared[i] = await asyncio.to_thread(self._prepare, files[i], digests[i], sizes[i], result)
-        written = await self._write(tenant, partition, prepared, files, kind, wait, wait_timeout_s, language)
+        written = await self._write(tenant, partition, prepared, files, kind, wait, wait_timeout_s, language,
+                                    on_stored)
         statuses = {d.key: d for d in written.documents}
         for i, doc in prepared.items():
             status = statuses[doc.key]
@@ -144,12 +147,12 @@ class FileIngester:
                 return exc
 
     async def _write(self, tenant: str, partition: str, prepared: dict[int, NewDocument], files: list[FileInput],
-                     kind: str | None, wait: bool, wait_timeout_s: float | None,
-                     language: str | None = None) -> IngestResult:
+                     kind: str | None, wait: bool, wait_timeout_s: float | None, language: str | None = None,
+                     on_stored: Callable[[], None] | None = None) -> IngestResult:
         if prepared:
             blobs = {doc.file.sha256: files[i].data for i, doc in prepared.items()}
             return await self.library.write(tenant, partition, list(prepared.values()), kind, wait, wait_timeout_s,
-                                            blobs, language=language)
+                                            blobs, language=language, on_stored=on_stored)
         # nothing to store: the partition as it is (not created for a request whose every file failed)
         info = next((p for p in self.library.partitions(tenant) if p.name == partition), None)
         return IngestResult(tenant, partition, info.version if info else 0, info.indexed_version if info else 0)

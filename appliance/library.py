@@ -122,10 +122,11 @@ class Library:
     async def write(self, tenant: str, partition: str, prepared: list[NewDocument], kind: str | None = None,
                     wait: bool = True, wait_timeout_s: float | None = None,
                     files: dict[str, bytes | Path] | None = None, *, language: str | None = None,
-                    origin: str | None = None) -> IngestResult:
+                    origin: str | None = None, on_stored: Callable[[], None] | None = None) -> IngestResult:
         """Store prepared documents (with the original bytes of those that came from files, by sha256), then
         index them as `ingest` does. A file no document refers to any more (replaced) is removed. `origin`: the
-        peer box a replicated write comes from (it checked the quotas when its client wrote)."""
+        peer box a replicated write comes from (it checked the quotas when its client wrote). `on_stored` is
+        called once the documents and files are stored, before the index wait (an upload's spool is free then)."""
         async with self._admit_lock:
             record, decided = await asyncio.to_thread(self._admit, tenant, partition, kind, language, prepared,
                                                       origin is None)
@@ -142,6 +143,8 @@ class Library:
                 await asyncio.to_thread(self.store.set_language, record.id, decided)
                 log.info("partition %s/%s: language %s (%s)", tenant, partition, decided,
                          "as asked" if language == decided else "detected from its first documents")
+        if on_stored is not None:
+            on_stored()
         indexer = self._refresh_record(record.id)
         indexed, error = await self._index(indexer, written.version, wait, wait_timeout_s)
         return IngestResult(tenant, partition, written.version, indexed, written.documents, error, written.seq)

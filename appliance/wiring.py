@@ -44,8 +44,8 @@ from .timings import ms_since
 log = logging.getLogger("appliance")
 SAMPLES = Path(__file__).parent / "samples"
 DEMO_TENANT, DEMO_PARTITION = "default", "demo"
-CALIBRATED_ENCODERS = ("minilm",)
-WARM_TENANTS = 16  # tenants whose prefixes boot prefills (each is a few prefills per engine); others warm as they ask  # the semantic cache's English threshold was chosen on MiniLM's QQP vectors
+CALIBRATED_ENCODERS = ("minilm",)  # the semantic cache's English threshold was chosen on MiniLM's QQP vectors
+WARM_TENANTS = 16  # tenants whose prefixes boot prefills (each is a few prefills per engine); others warm as they ask
 
 
 class DataDirBusy(RuntimeError):

@@ -327,3 +327,11 @@ def test_backups_are_private_and_a_tar_archive_restores_as_a_folder_does(tmp_pat
     assert report.documents == 5 and report.keys and new_keys.read_text() == keys_file.read_text()
     with LiveServer(restored, api_key=keys["acme"]) as again, again.client() as client:
         assert len(_ids(client, "p")) == 5
+    if os.geteuid() == 0:  # root restoring a service install (its data folder the service user's): 0640 to its group
+        service = tmp_path / "service-data"
+        service.mkdir()
+        os.chown(service, 64123, 64124)
+        service_keys = tmp_path / "etc" / "keys.toml"
+        restore(make_settings(service, models_dir, admission_keys_file=str(service_keys)), tmp_path / "b.tar")
+        st = service_keys.stat()
+        assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o640, 0, 64124)

@@ -371,3 +371,28 @@ def test_ingest_through_a_server_whose_upload_limit_a_batch_passes(tmp_path, mod
     assert done.returncode == 1 and lines[-1] == "2 created, 1 error", done.stdout + done.stderr
     assert any(line.startswith("error     big.txt  body_too_large:") for line in lines), lines
     assert [d["id"] for d in listing] == ["a.md", "b.txt"]
+
+
+def test_the_cli_reaches_a_server_that_serves_tls_itself(tmp_path, models_dir):
+    """server.tls_cert_file on: `appliance ready` (the installer's upgrade check) and `appliance search` reach the
+    box over https, its certificate checked against cluster.ca_file; without that, both dialled http:// and a
+    TLS box's upgrade waited out its timeout and rolled back."""
+    from test_cluster_files import make_box_cert, make_ca
+
+    ca, ca_key, ca_cert = make_ca(tmp_path, "site-ca")
+    cert, key = make_box_cert(tmp_path, ca_key, ca_cert)
+    data = tmp_path / "state"
+    tls = {"APPLIANCE_SERVER_TLS_CERT_FILE": str(cert), "APPLIANCE_SERVER_TLS_KEY_FILE": str(key),
+           "APPLIANCE_CLUSTER_CA_FILE": str(ca)}
+    settings = make_settings(data, models_dir, **{k.removeprefix("APPLIANCE_").lower(): v for k, v in tls.items()})
+    with LiveServer(settings) as live:
+        assert live.url.startswith("https://")
+        with live.client() as c:
+            assert c.post("/v1/documents", json={"tenant": "ops", "partition": "docs", "documents": [
+                {"id": "boiler", "text": "The boiler restarts itself after a power cut."}]}).status_code == 200
+        ready = cli("ready", data_dir=data, models_dir=models_dir, port=live.port, env=tls)
+        found = cli("search", "--tenant", "ops", "--json", "boiler power cut", data_dir=data, models_dir=models_dir,
+                    port=live.port, env=tls)
+    assert ready.returncode == 0 and f"ready at https://127.0.0.1:{live.port}/readyz" in ready.stdout, ready
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["results"][0]["document_id"] == "boiler"

@@ -52,6 +52,7 @@ def test_header_parameters_as_browsers_curl_and_rfc_5987_write_them():
         "form-data", {"name": "file", "filename": "C:\\dir\\a.txt"})  # a browser sends a backslash as it is
     assert parse_header_params('form-data; name=file; filename="say \\"hi\\".txt"')[1]["filename"] == 'say "hi".txt'
     assert parse_header_params("form-data; name=\"f\"; filename*=UTF-8''%E4%B8%AD.txt")[1]["filename*"] == "\u4e2d.txt"
+    assert parse_header_params('form-data; flag; name="file"') == ("form-data", {"name": "file"})
     assert parse_header_params('Multipart/Form-Data; Boundary="a b"') == ("multipart/form-data", {"boundary": "a b"})
     with pytest.raises(MultipartError):
         parse_header_params('form-data; name="never closed')

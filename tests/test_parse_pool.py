@@ -9,7 +9,9 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import shutil
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -294,8 +296,41 @@ def test_workers_hold_no_inherited_files_and_drop_root(tmp_path):
     if os.geteuid() == 0:
         import pwd
         assert int(uid) == pwd.getpwnam("nobody").pw_uid and readable == "no"
-    else:  # an unprivileged server cannot change its workers' user (README, "Parsing")
-        assert int(uid) == os.geteuid() and readable == "yes"
+    else:  # an unprivileged server cannot change its workers' user (README, "Parsing"): Landlock keeps them out
+        assert int(uid) == os.geteuid() and readable == ("no" if _landlock() else "yes")
+
+
+def _landlock() -> bool:
+    return ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1) > 0
+
+
+def test_workers_read_the_installation_and_nothing_else(request):
+    """Landlock, under any user: a world-readable file outside the installation (a data folder the admin left
+    0755, a checkout's state/) is out of a worker's reach, while the parsers still read what they import late."""
+    if not _landlock():
+        pytest.skip("this kernel has no Landlock: workers parse unconfined (and say so on stderr)")
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="open-data-", dir="/tmp"))  # reachable by any user, nobody included
+    folder.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(folder))
+    store = folder / "store.sqlite"
+    store.write_bytes(b"tenant data")
+    store.chmod(0o644)
+
+    async def go():
+        async with _pool() as pool:
+            doc = await pool.parse(f"whoami {store}".encode())
+            return doc.title.split()[1]
+
+    assert asyncio.run(go()) == "no"
+    from hostile_files import SCIFACT_FILES
+
+    async def real():  # a real parser in a confined worker: what it imports late is still in reach
+        async with ParserPool(1, WORK_TIMEOUT_S, 1024) as pool:
+            return [await pool.parse(next(SCIFACT_FILES.glob(f"*.{kind}")).read_bytes()) for kind in ("pdf", "docx")]
+
+    assert all(doc.text.strip() for doc in asyncio.run(real()))
 
 
 def test_cancelled_callers_leave_the_pool_consistent():

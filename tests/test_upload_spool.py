@@ -102,3 +102,28 @@ def test_a_body_that_repeats_the_delimiter_with_a_wrong_byte_is_refused_at_once(
     assert reply.status_code == 400 and reply.json()["error"]["code"] == "invalid_multipart", reply.text
     assert "other bytes than CRLF" in reply.json()["error"]["message"]
     _wait_for(lambda: _spool_bytes(spool_box) == 0)
+
+
+def test_an_upload_frees_its_spool_share_once_stored_not_after_the_index_wait(tmp_path, models_dir):
+    """The route frees its spool bytes through `on_stored`: called once the files are in the blob store, before the
+    index is built, so uploads waiting on a slow re-index hold no spool room."""
+    from appliance.file_ingest import FileInput
+    from appliance.wiring import open_services
+    from support import run
+
+    seen = []
+
+    async def scenario():
+        async with open_services(make_settings(tmp_path, models_dir), warm_up=False, generation=False) as services:
+            def stored():
+                record = services.library.store.get_partition("acme", "docs")
+                searchable = any(p.name == "docs" and p.indexed_version >= record.version
+                                 for p in services.library.partitions("acme"))
+                seen.append((record.version, searchable, services.library.blobs.exists(digest)))
+
+            digest = FileInput("a.txt", b"The pump restarts at night.").sha256()
+            return await services.files.ingest("acme", "docs", [FileInput("a.txt", b"The pump restarts at night.")],
+                                               on_stored=stored)
+
+    result = run(scenario())
+    assert result.indexed and seen == [(result.version, False, True)], seen

@@ -1,12 +1,15 @@
 """One typed settings object, read once at boot from a TOML file plus APPLIANCE_* environment variables and
-validated there (`load.py`); the sections and their defaults are in `sections.py` (a site's in `cluster.py`). Stages receive the sections
-they need, never the environment."""
-from .load import ENV_PREFIX, ConfigError, load_boxes, load_settings
+validated there (`load.py`); the sections and their defaults are in `sections.py` (a site's in `cluster.py`).
+Stages receive the sections they need, never the environment."""
 from .cluster import ClusterBox, ClusterSettings
-from .sections import (ENGINE_ROLES, NAME_PATTERN, MAX_FUSION_WEIGHT, AdmissionSettings, CacheSettings, ChunkSettings,
-                       ConversationSettings, EncoderSettings, EngineSettings, GenerateSettings, IndexSettings, ParseSettings, QuotaSettings, RetrieveSettings,
-                       RouterSettings, ServerSettings, Settings, TelemetrySettings)
+from .load import ENV_PREFIX, ConfigError, load_boxes, load_settings
+from .sections import (ENGINE_ROLES, MAX_FUSION_WEIGHT, NAME_PATTERN, AdmissionSettings, CacheSettings,
+                       ChunkSettings, ConversationSettings, EncoderSettings, EngineSettings, GenerateSettings,
+                       IndexSettings, ParseSettings, QuotaSettings, RetrieveSettings, RouterSettings, ServerSettings,
+                       Settings, TelemetrySettings)
 
-__all__ = ["AdmissionSettings", "CacheSettings", "ChunkSettings", "ClusterBox", "ClusterSettings", "ConfigError", "ConversationSettings", "ENGINE_ROLES", "ENV_PREFIX", "MAX_FUSION_WEIGHT", "NAME_PATTERN",
-           "EncoderSettings", "EngineSettings", "GenerateSettings", "IndexSettings", "ParseSettings", "QuotaSettings", "RetrieveSettings",
-           "RouterSettings", "ServerSettings", "Settings", "TelemetrySettings", "load_boxes", "load_settings"]
+__all__ = ["AdmissionSettings", "CacheSettings", "ChunkSettings", "ClusterBox", "ClusterSettings", "ConfigError",
+           "ConversationSettings", "ENGINE_ROLES", "ENV_PREFIX", "MAX_FUSION_WEIGHT", "NAME_PATTERN",
+           "EncoderSettings", "EngineSettings", "GenerateSettings", "IndexSettings", "ParseSettings",
+           "QuotaSettings", "RetrieveSettings", "RouterSettings", "ServerSettings", "Settings", "TelemetrySettings",
+           "load_boxes", "load_settings"]

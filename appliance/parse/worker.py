@@ -24,6 +24,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
+from .confine import confine, installation_folders
 from .document import Block, Format, ParsedDocument, ParseError, ParseErrorCode, ParseLimits
 
 ParseFunction = Callable[[bytes, ParseLimits], ParsedDocument]
@@ -43,6 +44,9 @@ def main(sock: socket.socket, function: ParseFunction | None, limits: ParseLimit
         from .dispatch import parse_bytes as function
     _warm_up()
     _drop_privileges()  # after the imports, which read the installation; before the first hostile byte
+    unconfined = confine(installation_folders())
+    if unconfined:
+        print(f"appliance parser: the worker reads and writes what its user may: {unconfined}", file=sys.stderr)
     warm_vm = _address_space()
     _send_frame(sock, pickle.dumps(READY))
     while (data := _recv_frame(sock)) is not None:  # None: the pool closed its end, or the server died
@@ -69,10 +73,10 @@ def _drop_privileges() -> None:
     """A server run as root has its workers become `nobody`, without groups: a parser exploited by a hostile file
     can then neither write the data folder nor read it where the folder is not world-readable, nor signal the server.
 
-    Not root (the packaged unit runs as its own user, `appliance`): the worker keeps the server's user, and so its
-    access to the data folder, as an unprivileged process cannot change user; the unit's sandboxing (no new
-    privileges, a read-only system) is then the bound. Spawn already closed every inherited descriptor but the
-    job socket and stdin/out/err, so the worker holds no open database or blob file either way."""
+    Not root (the packaged unit runs as its own user, `appliance`): the worker keeps the server's user, as an
+    unprivileged process cannot change user; Landlock (confine.py) then keeps it out of the data folder. Spawn
+    already closed every inherited descriptor but the job socket and stdin/out/err, so the worker holds no open
+    database or blob file either way."""
     if os.geteuid() != 0:
         return
     try:

@@ -181,9 +181,12 @@ def parse_header_params(value: str) -> tuple[str, dict[str, str]]:
     params: dict[str, str] = {}
     i, n = 0, len(rest)
     while i < n:
-        eq = rest.find("=", i)
+        eq, semi = rest.find("=", i), rest.find(";", i)
         if eq < 0:
             break
+        if 0 <= semi < eq:  # a parameter without a value: skipped
+            i = semi + 1
+            continue
         name = rest[i:eq].strip().lower()
         i = eq + 1
         while i < n and rest[i] in " \t":

@@ -92,13 +92,18 @@ class SpooledUpload:
         self.paths.append(path)
         return path, os.fdopen(fd, "wb")
 
+    def release(self) -> None:
+        """Free the reserved bytes: the files were stored (linked into the blob store), or are about to go."""
+        self.spool._release(self.tenant, self.reserved)
+        self.reserved = 0
+
     def close(self) -> None:
-        """Remove the request's files (a worker thread's call: unlinking 256 MiB can take a while)."""
+        """Remove the request's files and free its bytes (a worker thread's call: unlinking 256 MiB takes a
+        while)."""
         for path in self.paths:
             path.unlink(missing_ok=True)
         self.paths.clear()
-        self.spool._release(self.tenant, self.reserved)
-        self.reserved = 0
+        self.release()
 
     def _grow(self, size: int) -> None:
         self.spool._reserve(self.tenant, size)

@@ -57,8 +57,10 @@ async def _store_upload(request: Request, services: Services, spooled: SpooledUp
     metadata = upload.metadata()
     files = [FileInput(f.name, f.path, metadata=metadata) for f in upload.files]
     try:
+        # once stored, the files are the blob store's (linked): the spool's bytes go before the index wait
         result = await services.files.ingest(tenant, partition, files, kind, upload.wait(),
-                                             settings.server.ingest_wait_timeout_s, language=language)
+                                             settings.server.ingest_wait_timeout_s, language=language,
+                                             on_stored=spooled.release)
     except KindConflict as exc:
         raise ApiError.conflict("kind_conflict", str(exc), "kind") from None
     except LanguageConflict as exc:

@@ -20,7 +20,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine  # noqa: E402
-from soak_kit import attack, report  # noqa: E402
+from soak_kit import attack, report, uploads  # noqa: E402
 from soak_kit.server import KeyedServer  # noqa: E402
 from soak_kit.stats import Recorder  # noqa: E402
 
@@ -75,8 +75,9 @@ async def run(args: argparse.Namespace, log) -> dict:
             headers = {"Authorization": f"Bearer {server.keys['app']}"}
             async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=60) as app:
                 tasks = [ingester(app, rec, docs, until), searcher(app, rec, queries, until),
-                         asker(app, rec, queries, until), server.sample(rec, args.sample_s, until),
-                         *attack.all_attacks(server, rec, until)]
+                         asker(app, rec, queries, until), uploads.normal_uploader(app, rec, until),
+                         server.sample(rec, args.sample_s, until), *attack.all_attacks(server, rec, until),
+                         *uploads.upload_attacks(server, rec, until)]
                 await asyncio.gather(*tasks)
             rec.close_window()
             return {"server": server.facts(), "windows": rec.windows, "samples": rec.samples}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-NORMAL = ("search", "ask", "ingest")
+NORMAL = ("search", "ask", "ingest", "upload")
 
 
 def _sample_at(samples: list[dict], start: float, length: float) -> dict | None:
@@ -52,12 +52,16 @@ def markdown(results: dict) -> str:
              f"{results['server']['boot_s']} s (default models and settings, API keys for tenants `app` and "
              "`attacker`)", "",
              "Normal app (tenant `app`): a search every 0.5 s, an ask (16 tokens) every 10 s, one SciFact abstract "
-             "ingested (waiting until searchable) every second. Hostile tenant: 8 flooding search loops (10/s "
-             "each), 16 connections trickling a 60,000-byte body a byte per 0.5 s, a 2 MB body every 2 s, a 200,000-"
-             "element array every 3 s, a text/plain ingest every 2 s, a 200 KB chat message every 5 s, requests "
-             "for the other tenant and its cache entries, a wrong key every second.", "",
-             "| t (s) | fds (server / all) | RSS MiB (server / all) | search n, p50, p99 ms | ask n, p50, p99 ms "
-             "| ingests | normal non-2xx | attacks: answers |", "|---|---|---|---|---|---|---|---|"]
+             "ingested (waiting until searchable) every second, a small Markdown file uploaded every 5 s. Hostile "
+             "tenant: 8 flooding search loops (10/s each), 16 connections trickling a 60,000-byte body a byte per "
+             "0.5 s, a 2 MB body every 2 s, a 200,000-element array every 3 s, a text/plain ingest every 2 s, a "
+             "200 KB chat message every 5 s, requests for the other tenant and its cache entries, a wrong key every "
+             "second; and uploads (bench/soak_kit/uploads.py): a 2 MB multipart body repeating its delimiter with a "
+             "wrong byte every second, an HTML and a text file that drove the parsers' regexes super-linear every "
+             "2 s, 20 files of ~92 KB every 2 s, and 12 connections announcing a 256 MiB upload and trickling it.",
+             "", "| t (s) | fds (server / all) | RSS MiB (server / all) | search n, p50, p99 ms | ask n, p50, p99 ms "
+             "| upload n, p50, p99 ms | ingests | normal non-2xx | attacks: answers |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for w in results["windows"]:
         s = _sample_at(results["samples"], w["start_s"], params["window_s"]) or {}
         lat = w["latency_ms"]
@@ -68,7 +72,8 @@ def markdown(results: dict) -> str:
                 attacks.update(counts)
         lines.append(f"| {w['start_s']:.0f} | {s.get('server_fds', '')} / {s.get('all_fds', '')} | "
                      f"{s.get('server_rss_mib', '')} / {s.get('all_rss_mib', '')} | {cell('search')} | "
-                     f"{cell('ask')} | {sum(w['status'].get('ingest', {}).values())} | {_normal_errors(w)} | "
+                     f"{cell('ask')} | {cell('upload')} | {sum(w['status'].get('ingest', {}).values())} | "
+                     f"{_normal_errors(w)} | "
                      f"{', '.join(f'{k}: {v}' for k, v in sorted(attacks.items()))} |")
     lines += ["", "## Every request, by kind and answer", "", "| kind | answers |", "|---|---|"]
     for kind, counts in sorted(totals(results).items()):

@@ -53,26 +53,33 @@ async def _every(period_s: float, until: float, send, server, rec: Recorder, nam
 async def _trickle(port: int, key: str, rec: Recorder, until: float) -> None:
     """Headers announce a body just under the search limit (64 KiB), then send a byte every half second: a slot
     held for as long as the server lets it."""
+    head = (f"POST /v1/search HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+            "Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n").encode()
+    await trickle(port, head, b" ", rec, until, "attack:trickle")
+
+
+async def trickle(port: int, head: bytes, piece: bytes, rec: Recorder, until: float, kind: str) -> None:
+    """Send `head`, then `piece` every half second until the server answers (or closes); record its status under
+    `kind`, and start again."""
     while time.monotonic() < until:
         outcome = "closed"
         try:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write((f"POST /v1/search HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
-                          "Content-Type: application/json\r\nContent-Length: 60000\r\n\r\n").encode())
+            writer.write(head)
             while time.monotonic() < until and not reader.at_eof():
-                writer.write(b" ")
+                writer.write(piece)
                 await writer.drain()
                 try:
-                    head = await asyncio.wait_for(reader.read(64), 0.5)
+                    answer = await asyncio.wait_for(reader.read(64), 0.5)
                 except asyncio.TimeoutError:
                     continue
-                if head:
-                    outcome = head.split(b" ")[1].decode(errors="replace") if b" " in head else "answered"
+                if answer:
+                    outcome = answer.split(b" ")[1].decode(errors="replace") if b" " in answer else "answered"
                     break
             writer.close()
         except OSError as exc:
             outcome = type(exc).__name__
-        rec.record("attack:trickle", outcome)
+        rec.record(kind, outcome)
         await asyncio.sleep(0.5)
 
 

@@ -9,7 +9,7 @@ import time
 
 import httpx
 
-from .attack import _every
+from .attack import _every, trickle
 from .stats import Recorder
 
 BOUNDARY = b"soakboundary"
@@ -60,30 +60,11 @@ def _flood_post(client: httpx.AsyncClient, n: int):
 
 async def _hold_spool(port: int, key: str, rec: Recorder, until: float) -> None:
     """Announce the largest body allowed, then send it slowly: the spool reserves it until the body deadline."""
-    while time.monotonic() < until:
-        outcome = "closed"
-        try:
-            reader, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.write((f"POST /v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
-                          f"Content-Type: multipart/form-data; boundary={BOUNDARY.decode()}\r\n"
-                          f"Content-Length: {MAX_UPLOAD}\r\n\r\n").encode())
-            writer.write(b"--" + BOUNDARY + b'\r\nContent-Disposition: form-data; name="file"; filename="h.txt"'
-                         b"\r\n\r\n")
-            while time.monotonic() < until and not reader.at_eof():
-                writer.write(b"x" * 1024)
-                await writer.drain()
-                try:
-                    head = await asyncio.wait_for(reader.read(64), 0.5)
-                except asyncio.TimeoutError:
-                    continue
-                if head:
-                    outcome = head.split(b" ")[1].decode(errors="replace") if b" " in head else "answered"
-                    break
-            writer.close()
-        except OSError as exc:
-            outcome = type(exc).__name__
-        rec.record("attack:upload_spool_hold", outcome)
-        await asyncio.sleep(0.5)
+    head = (f"POST /v1/files HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: multipart/form-data; boundary={BOUNDARY.decode()}\r\n"
+            f"Content-Length: {MAX_UPLOAD}\r\n\r\n").encode()
+    head += b"--" + BOUNDARY + b'\r\nContent-Disposition: form-data; name="file"; filename="h.txt"\r\n\r\n'
+    await trickle(port, head, b"x" * 1024, rec, until, "attack:upload_spool_hold")
 
 
 async def normal_uploader(client: httpx.AsyncClient, rec: Recorder, until: float) -> None:

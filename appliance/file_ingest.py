@@ -34,6 +34,7 @@ class FileInput:
     metadata: dict[str, Any] | None = None
     source: str = ""
     time: float | None = None
+    sha256_known: str = ""  # of `data`, where the caller hashed it already (an upload, as it was spooled)
 
     @property
     def key(self) -> str:
@@ -43,6 +44,8 @@ class FileInput:
         return len(self.data) if isinstance(self.data, bytes) else self.data.stat().st_size
 
     def sha256(self) -> str:
+        if self.sha256_known:
+            return self.sha256_known
         return sha256_of(self.data) if isinstance(self.data, bytes) else file_sha256(self.data)
 
 

@@ -53,7 +53,9 @@ read_checked() {
         sed 's/^/  /' "$scratch/gpg.log" >&2
         refuse "the signature $SELF.asc does not verify this file: nothing was installed"
     fi
-    wait "$hasher" || true
+    if ! wait "$hasher"; then  # not the package's fault: a full disk under the scratch folder, say
+        die "could not hash the payload into $scratch (is that disk full? TMPDIR picks another): nothing was written"
+    fi
     actual=$(cut -d' ' -f1 <"$scratch/payload.sha256")
     if [ "$actual" != "$PAYLOAD_SHA256" ]; then
         refuse "this package is damaged (payload sha256 $actual, expected $PAYLOAD_SHA256): nothing was written"

@@ -70,10 +70,9 @@ class ParserPool:
 
     At most `workers` jobs run at once; further callers wait, tenants taking turns (FIFO within a tenant). A job is
     bounded by `timeout_s` (ParseError TIMEOUT) and by `max_memory_mib` of address space above the worker's own
-    (0: none; OUT_OF_MEMORY);
-    a worker that dies is CRASHED. Workers start on first use, or all at once with `start()` / `async with`.
-    `function` must be a module-level function (it is pickled by name); `max_jobs` recycles a worker after that
-    many jobs, to bound fragmentation.
+    (0: none; OUT_OF_MEMORY); a worker that dies is CRASHED. Workers start on first use, or all at once with
+    `start()` / `async with`. `function` must be a module-level function (it is pickled by name); `max_jobs`
+    recycles a worker after that many jobs, to bound fragmentation.
     """
 
     def __init__(self, workers: int, timeout_s: float, max_memory_mib: int, limits: ParseLimits = ParseLimits(),

@@ -5,6 +5,7 @@ linear time in bounded steps (multipart.py), and file parts go to the box's spoo
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,7 @@ class UploadedFile:
     name: str
     path: Path  # in the spool, removed when the request ends
     size: int  # as sent; past parse.max_file_bytes only the first max_file_bytes + 1 are kept
+    sha256: str  # of what was kept, hashed as it was written (the file is not read again for it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +105,9 @@ class _Form:
         self.files: list[UploadedFile] = []
         self._part: PartStart | None = None
         self._pending: list[bytes] = []
+        self._pending_bytes = 0
         self._size = 0  # of the current part, as sent
+        self._digest = hashlib.sha256()
         self._out: BinaryIO | None = None
         self._path: Path | None = None
 
@@ -136,11 +140,12 @@ class _Form:
                 raise ApiError.bad_body(f"multipart body: more than {self.limits.max_files_per_request} files",
                                         "invalid_multipart")
             self._path, self._out = self.spooled.new_file()
+            self._digest = hashlib.sha256()
         elif part.name not in FIELDS:
             raise ApiError.invalid(f"unknown field; expected 'file' parts and {', '.join(FIELDS)}", name)
         elif part.name in self.fields:
             raise ApiError.invalid("is given twice", name)
-        self._part, self._size, self._pending = part, 0, []
+        self._part, self._size, self._pending, self._pending_bytes = part, 0, [], 0
 
     async def _data(self, data: bytes) -> None:
         self._size += len(data)
@@ -153,7 +158,8 @@ class _Form:
         kept = self.limits.max_file_bytes + 1 - (self._size - len(data))  # past the limit: refused for this file
         if kept > 0:
             self._pending.append(data[:kept])
-            if sum(map(len, self._pending)) >= FLUSH_BYTES:
+            self._pending_bytes += min(kept, len(data))
+            if self._pending_bytes >= FLUSH_BYTES:
                 await self._flush()
 
     async def _end(self) -> None:
@@ -166,10 +172,14 @@ class _Form:
         else:
             await self._flush()
             await self.close()
-            self.files.append(UploadedFile(part.filename, self._path, self._size))
-        self._part, self._pending = None, []
+            self.files.append(UploadedFile(part.filename, self._path, self._size, self._digest.hexdigest()))
+        self._part, self._pending, self._pending_bytes = None, [], 0
 
     async def _flush(self) -> None:
         if self._pending:
-            batch, self._pending = b"".join(self._pending), []
-            await asyncio.to_thread(self._out.write, batch)
+            batch, self._pending, self._pending_bytes = b"".join(self._pending), [], 0
+            await asyncio.to_thread(self._write, batch)
+
+    def _write(self, batch: bytes) -> None:
+        self._out.write(batch)
+        self._digest.update(batch)

@@ -55,7 +55,7 @@ async def _store_upload(request: Request, services: Services, spooled: SpooledUp
     if language is not None and language not in LANGUAGE_CHOICES:
         raise ApiError.invalid(f"language must be one of {list(LANGUAGE_CHOICES)}", "language")
     metadata = upload.metadata()
-    files = [FileInput(f.name, f.path, metadata=metadata) for f in upload.files]
+    files = [FileInput(f.name, f.path, metadata=metadata, sha256_known=f.sha256) for f in upload.files]
     try:
         # once stored, the files are the blob store's (linked): the spool's bytes go before the index wait
         result = await services.files.ingest(tenant, partition, files, kind, upload.wait(),

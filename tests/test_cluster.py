@@ -168,6 +168,32 @@ def test_a_malformed_journal_entry_is_refused(value):
         change_of(value)
 
 
+def _entry_with(**changed) -> dict:
+    document = {"title": "T", "source": "s", "metadata": {}, "time": None, "content_hash": "h", "chunks": ["a"],
+                "places": [[1, None, ["A"]]], "file": {"name": "x.pdf", "sha256": "0" * 64, "format": "pdf",
+                                                     "size": 3, "pages": 1, "parser_version": 2}}
+    for name, value in changed.items():
+        if name.startswith("file_"):
+            document["file"] = {**document["file"], name.removeprefix("file_"): value}
+        else:
+            document[name] = value
+    return {"seq": 1, "op": "created", "tenant": "t", "partition": "p", "kind": "k", "language": "en", "key": "d",
+            "document": document}
+
+
+@pytest.mark.parametrize("changed", [
+    {"source": None}, {"title": 5}, {"content_hash": None}, {"metadata": "x"}, {"metadata": None},
+    {"time": "now"}, {"time": True}, {"places": [[1, None]]}, {"places": [["1", None, []]]},
+    {"places": [[1, None, "A"]]}, {"places": [7]}, {"file_name": None}, {"file_format": 3},
+    {"file_pages": -1}, {"file_parser_version": "2"}, {"file_size": True}])
+def test_a_journal_document_with_a_field_of_the_wrong_type_is_refused_not_stored(changed):
+    """A peer's null `source` reached SQLite's NOT NULL and stopped replication with a constraint error; every
+    field is now checked on the way in, and the error names the document."""
+    assert change_of(_entry_with()).document.places == (Place(1, None, ("A",)),)  # the untouched entry is fine
+    with pytest.raises(WireError, match="document 'd'"):
+        change_of(_entry_with(**changed))
+
+
 def test_journal_change_roundtrip_without_document():
     change = JournalChange(5, "deleted", "t", "p", "default", "en", "k", None)
     assert change_of(change_json(change)) == change

@@ -79,14 +79,47 @@ def _document_of(key: str, doc: dict[str, Any]) -> NewDocument:
     chunks = doc["chunks"]
     if not isinstance(chunks, list) or not all(isinstance(c, str) for c in chunks):
         raise WireError(f"document {key!r}: chunks must be strings")
-    places = tuple(Place(p[0], p[1], tuple(p[2])) for p in doc["places"])
+    # each field's type checked here: a null or a number where the store wants text would otherwise surface as a
+    # SQLite constraint error, mid-run, with nothing saying which peer sent what
+    _check(key, "title, source and content_hash must be strings",
+           all(isinstance(doc[name], str) for name in ("title", "source", "content_hash")))
+    _check(key, "metadata must be an object", isinstance(doc["metadata"], dict))
+    _check(key, "time must be a number or null", doc["time"] is None or _number(doc["time"]))
+    places = tuple(_place_of(key, p) for p in doc["places"])
     if places and len(places) != len(chunks):
         raise WireError(f"document {key!r}: {len(places)} places for {len(chunks)} chunks")
-    f = doc["file"]
-    if f is not None and not (isinstance(f["sha256"], str) and SHA256.fullmatch(f["sha256"])
-                              and isinstance(f["size"], int) and f["size"] >= 0):
-        raise WireError(f"document {key!r}: its file needs a sha256 (64 hex digits) and a size (bytes)")
-    file = None if f is None else SourceFile(f["name"], f["sha256"], f["format"], f["size"], f["pages"],
-                                             f["parser_version"])
+    file = None if doc["file"] is None else _file_of(key, doc["file"])
     return NewDocument(key=key, title=doc["title"], text="", chunks=chunks, content_hash=doc["content_hash"],
                        source=doc["source"], metadata=doc["metadata"], time=doc["time"], places=places, file=file)
+
+
+def _place_of(key: str, value: Any) -> Place:
+    _check(key, "a place is [page or null, page or null, [section names]]",
+           isinstance(value, list) and len(value) == 3)
+    page, page_end, section = value
+    _check(key, "a place is [page or null, page or null, [section names]]",
+           all(p is None or (isinstance(p, int) and not isinstance(p, bool)) for p in (page, page_end))
+           and isinstance(section, list) and all(isinstance(name, str) for name in section))
+    return Place(page, page_end, tuple(section))
+
+
+def _file_of(key: str, f: dict[str, Any]) -> SourceFile:
+    _check(key, "its file needs a sha256 (64 hex digits) and a size (bytes)",
+           isinstance(f["sha256"], str) and SHA256.fullmatch(f["sha256"]) is not None and _count(f["size"]))
+    _check(key, "its file needs a name and a format (strings), pages (a count or null) and a parser version",
+           isinstance(f["name"], str) and isinstance(f["format"], str)
+           and (f["pages"] is None or _count(f["pages"])) and _count(f["parser_version"]))
+    return SourceFile(f["name"], f["sha256"], f["format"], f["size"], f["pages"], f["parser_version"])
+
+
+def _check(key: str, what: str, ok: bool) -> None:
+    if not ok:
+        raise WireError(f"document {key!r}: {what}")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0

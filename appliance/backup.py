@@ -111,6 +111,7 @@ def restore(settings: Settings, source: Path) -> BackupReport:
         except BackupError:
             shutil.rmtree(partial, ignore_errors=True)
             raise
+        _give_to_owner(partial, data_dir)
         for name in ("files", "indexes", "store.sqlite3"):  # the store last: a finished restore
             if (partial / name).exists():
                 os.rename(partial / name, data_dir / name)
@@ -207,6 +208,17 @@ def _restore_keys(settings: Settings, kept: Path, source: Path) -> bool:
             os.fchmod(out.fileno(), 0o640)
         out.write(kept.read_bytes())
     return True
+
+
+def _give_to_owner(partial: Path, data_dir: Path) -> None:
+    """Root restoring into a data folder someone else owns (a service install's, the service user's): what is
+    restored becomes that owner's, or the service could not write its own store (nor open the `.lock` this
+    restore may have made). The backup's links were refused before, so nothing here leads outside the restore."""
+    st = data_dir.stat()
+    if os.geteuid() != 0 or st.st_uid == 0:
+        return
+    for path in [data_dir / ".lock", *partial.rglob("*")]:
+        os.lchown(path, st.st_uid, st.st_gid)
 
 
 def _place(source: Path, target: Path) -> None:

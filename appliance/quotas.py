@@ -1,8 +1,10 @@
 """A tenant's `[quota]` limits, checked before a write stores anything."""
 from __future__ import annotations
 
+from collections import Counter
+
 from .config import QuotaSettings
-from .store import NewDocument, Partition, Store
+from .store import NewDocument, Partition, Store, StoredDocument
 
 
 class QuotaExceeded(ValueError):
@@ -34,15 +36,22 @@ def check_quota(quota: QuotaSettings, store: Store, tenant: str, partition: Part
         raise QuotaExceeded("max_text_bytes", f"tenant {tenant!r} stores {usage.text_bytes} bytes of text; "
                             f"{grown} more would pass quota.max_text_bytes = {quota.max_text_bytes}", "documents")
     if quota.max_file_bytes:
-        _check_file_bytes(quota.max_file_bytes, store, tenant, usage.file_bytes, list(latest.values()))
+        replaced = [stored[key] for key in latest if key in stored]
+        _check_file_bytes(quota.max_file_bytes, store, tenant, usage.file_bytes, list(latest.values()), replaced)
 
 
-def _check_file_bytes(limit: int, store: Store, tenant: str, used: int, docs: list[NewDocument]) -> None:
-    """Original files the tenant does not keep yet count once each (the blob store keeps one copy per sha256).
-    A file it keeps already adds nothing; a replaced file's bytes are freed only once the write is done."""
+def _check_file_bytes(limit: int, store: Store, tenant: str, used: int, docs: list[NewDocument],
+                      replaced: list[StoredDocument]) -> None:
+    """Original files the tenant does not keep yet count once each (the blob store keeps one copy per sha256); a
+    file it keeps already adds nothing. A file only the replaced documents keep is freed by this write, so a
+    tenant at its limit can replace a file with one no larger."""
     sizes = {doc.file.sha256: doc.file.size for doc in docs if doc.file is not None}
-    held = store.tenant_files(tenant, sizes) if sizes else set()
-    added = sum(size for sha, size in sizes.items() if sha not in held)
-    if added and used + added > limit:
+    old = Counter(doc.file_sha256 for doc in replaced if doc.file_sha256 is not None)
+    old_sizes = {doc.file_sha256: doc.file_size for doc in replaced if doc.file_sha256 is not None}
+    references = store.tenant_file_references(tenant, [*sizes, *old]) if sizes or old else {}
+    added = sum(size for sha, size in sizes.items() if sha not in references)
+    freed = sum(old_sizes[sha] for sha, count in old.items() if sha not in sizes and references.get(sha, 0) <= count)
+    if added and used - freed + added > limit:
+        less = f" ({freed} freed by the documents it replaces)" if freed else ""
         raise QuotaExceeded("max_file_bytes", f"tenant {tenant!r} keeps {used} bytes of original files; "
-                            f"{added} more would pass quota.max_file_bytes = {limit}", "file")
+                            f"{added} more{less} would pass quota.max_file_bytes = {limit}", "file")

@@ -335,3 +335,6 @@ def test_backups_are_private_and_a_tar_archive_restores_as_a_folder_does(tmp_pat
         restore(make_settings(service, models_dir, admission_keys_file=str(service_keys)), tmp_path / "b.tar")
         st = service_keys.stat()
         assert (stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid) == (0o640, 0, 64124)
+        # the restored store is the service user's, or the service could not write it
+        owners = {(p.lstat().st_uid, p.lstat().st_gid) for p in service.rglob("*")}
+        assert owners == {(64123, 64124)}, owners

@@ -362,6 +362,14 @@ def test_kept_files_count_against_the_tenants_file_quota(tmp_path, models_dir):
         still = upload("c.txt", second)  # b.txt still keeps the file: nothing was freed
         assert c.delete("/v1/documents/b.txt", params={"tenant": "acme", "partition": "docs"}).status_code == 200
         freed = upload("c.txt", second)
+        # at 1,500 of 2,500: c.txt replaced by a 2,200-byte file frees its own 1,500 first (it was refused while a
+        # replaced file's bytes were freed only after the write); a 2,600-byte one would still pass the limit
+        replaced = upload("c.txt", b"The filter is cleaned weekly. " * 73)
+        too_big = upload("c.txt", b"The belt is checked monthly. " * 90)
+        kept_now = c.get("/v1/documents/c.txt/file", params={"tenant": "acme", "partition": "docs"})
+    assert replaced.status_code == 200, replaced.text
+    assert too_big.status_code == 413 and "freed by the documents it replaces" in too_big.text, too_big.text
+    assert kept_now.content == b"The filter is cleaned weekly. " * 73
     assert kept.status_code == 200 and same.status_code == 200, same.text
     assert refused.status_code == 413, refused.text
     error = refused.json()["error"]

@@ -62,6 +62,8 @@ class StoredDocument:
     """What an ingest needs to know of a document already stored (to tell a new one from a replacement)."""
     content_hash: str
     text_bytes: int
+    file_sha256: str | None = None  # the original file it keeps, if it came from one
+    file_size: int = 0
 
 
 @dataclass(slots=True, frozen=True)

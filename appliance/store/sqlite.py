@@ -258,14 +258,15 @@ class Store:
                 " GROUP BY d.file_sha256)", (tenant,)).fetchone()[0]
         return TenantUsage(partitions, documents, text_bytes, file_bytes)
 
-    def tenant_files(self, tenant: str, hashes: Iterable[str]) -> set[str]:
-        """Those of the `hashes` (sha256 of original files) the tenant's documents already refer to."""
-        hashes, held = sorted(set(hashes)), set()
+    def tenant_file_references(self, tenant: str, hashes: Iterable[str]) -> dict[str, int]:
+        """Of the `hashes` (sha256 of original files), those the tenant's documents refer to, with how many do."""
+        hashes, held = sorted(set(hashes)), {}
         for start in range(0, len(hashes), 500):
             part = hashes[start:start + 500]
-            held.update(r[0] for r in self._reader().execute(
-                "SELECT DISTINCT d.file_sha256 FROM documents d JOIN partitions p ON p.id = d.partition_id"
-                f" WHERE p.tenant = ? AND d.file_sha256 IN ({','.join('?' * len(part))})", (tenant, *part)))
+            held.update(self._reader().execute(
+                "SELECT d.file_sha256, COUNT(*) FROM documents d JOIN partitions p ON p.id = d.partition_id"
+                f" WHERE p.tenant = ? AND d.file_sha256 IN ({','.join('?' * len(part))}) GROUP BY d.file_sha256",
+                (tenant, *part)).fetchall())
         return held
 
     def stored_documents(self, partition_id: int, keys: Iterable[str]) -> dict[str, StoredDocument]:
@@ -275,9 +276,10 @@ class Store:
         for start in range(0, len(keys), 500):
             part = keys[start:start + 500]
             rows = self._reader().execute(
-                f"SELECT doc_key, content_hash, text_bytes FROM documents WHERE partition_id = ?"
-                f" AND doc_key IN ({','.join('?' * len(part))})", (partition_id, *part))
-            found.update((r["doc_key"], StoredDocument(r["content_hash"], r["text_bytes"])) for r in rows)
+                f"SELECT doc_key, content_hash, text_bytes, file_sha256, file_size FROM documents"
+                f" WHERE partition_id = ? AND doc_key IN ({','.join('?' * len(part))})", (partition_id, *part))
+            found.update((r["doc_key"], StoredDocument(r["content_hash"], r["text_bytes"], r["file_sha256"],
+                                                       r["file_size"] or 0)) for r in rows)
         return found
 
     def count_documents(self, partition_id: int) -> int:

@@ -119,6 +119,20 @@ def test_a_damaged_payload_is_refused_and_its_staging_folder_removed(packages, t
     assert _sh(packages["good"], "verify").returncode == 0
 
 
+def test_a_truncated_package_is_refused_and_a_service_install_needs_a_running_systemd(packages, tmp_path):
+    truncated = tmp_path / "truncated.run"
+    shutil.copy(packages["good"], truncated)
+    os.truncate(truncated, _header_bytes(truncated) + (truncated.stat().st_size - _header_bytes(truncated)) // 2)
+    prefix = tmp_path / "opt"
+    done = _sh(truncated, "install", "--prefix", str(prefix), "--no-service")
+    assert done.returncode == 2 and "damaged" in done.stderr and not prefix.exists(), done.stderr
+    if not Path("/run/systemd/system").is_dir():  # a service install where systemd is not running (a container,
+        # systemctl installed or not) says so and writes nothing
+        done = _sh(packages["good"], "install", "--prefix", str(prefix))
+        assert done.returncode == 1 and "systemd is not running" in done.stderr and "--no-service" in done.stderr
+        assert not prefix.exists()
+
+
 @pytest.fixture
 def gnupg_env(tmp_path):
     """A GnuPG home of its own holding a release key; the agent gpg starts for it is stopped afterwards."""

@@ -44,7 +44,7 @@ def _sh(package: Path, *args: str, timeout: float = 1800, cwd: Path | None = Non
 
 @pytest.fixture(autouse=True)
 def _unpacked_goes_after(tmp_path):
-    """Each test's copies and installs (GBs) go when it ends, passed or failed: kept, they filled CI's disk."""
+    """Each test's installs (GBs) go when it ends, passed or failed: kept, they filled CI's disk."""
     yield
     shutil.rmtree(tmp_path, ignore_errors=True)
 
@@ -96,35 +96,6 @@ def _stop(server: subprocess.Popen) -> None:
         server.wait(timeout=30)
     except ProcessLookupError:
         pass
-
-
-def test_a_damaged_package_is_refused_before_anything_is_written(builds, tmp_path):
-    damaged = tmp_path / "damaged.run"
-    shutil.copy(builds["previous"], damaged)
-    header = int(re.search(rb"HEADER_BYTES=(\d+)", damaged.read_bytes()[:20000]).group(1))
-    with open(damaged, "r+b") as f:
-        middle = header + (damaged.stat().st_size - header) // 2
-        f.seek(middle)
-        byte = f.read(1)
-        f.seek(middle)
-        f.write(bytes([byte[0] ^ 0x01]))
-    prefix = tmp_path / "opt"
-    done = _sh(damaged, "install", "--prefix", str(prefix), "--no-service")
-    assert done.returncode == 2 and "damaged" in done.stderr and "nothing was written" in done.stderr
-    assert not prefix.exists()
-    assert _sh(damaged, "verify").returncode == 2
-    damaged.unlink()  # one 3.6 GB copy at a time
-    truncated = tmp_path / "truncated.run"
-    shutil.copy(builds["previous"], truncated)
-    os.truncate(truncated, truncated.stat().st_size - 4096)
-    assert _sh(truncated, "install", "--prefix", str(prefix), "--no-service").returncode == 2
-    assert not prefix.exists()
-    assert _sh(builds["previous"], "verify").returncode == 0
-    if not Path("/run/systemd/system").is_dir():  # a service install where systemd is not running (a container,
-        # systemctl installed or not) says so and writes nothing
-        done = _sh(builds["previous"], "install", "--prefix", str(prefix))
-        assert done.returncode == 1 and "systemd is not running" in done.stderr and "--no-service" in done.stderr
-        assert not prefix.exists()
 
 
 def test_installed_server_answers_offline_as_nobody_in_an_empty_environment(builds, public_tmp, netns):
@@ -239,6 +210,9 @@ def test_package_contents_checksums_sbom_and_licences(builds, tmp_path):
                    "./models/build/qwen2.5-1.5b/model.safetensors", "./models/build/qwen2.5-1.5b/LICENSE",
                    "./models/build/qwen2.5-1.5b/NOTICE", "./models/build/router-minilm/router.npz"):
         assert needed in listing, needed
+    # the installer's own check (a damaged or truncated payload refused: tests/test_installer.py, on tiny packages
+    # made by the same build.pack; here once on the real one)
+    assert _sh(builds["this"], "verify").returncode == 0
     sidecar = Path(str(builds["this"]) + ".sha256").read_text().split()[0]
     assert sidecar == subprocess.run(["sha256sum", str(builds["this"])], capture_output=True, text=True,
                                      check=True).stdout.split()[0]

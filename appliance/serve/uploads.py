@@ -157,8 +157,9 @@ class _Form:
             return
         kept = self.limits.max_file_bytes + 1 - (self._size - len(data))  # past the limit: refused for this file
         if kept > 0:
-            self._pending.append(data[:kept])
-            self._pending_bytes += min(kept, len(data))
+            chunk = data[:kept]
+            self._pending.append(chunk)
+            self._pending_bytes += len(chunk)
             if self._pending_bytes >= FLUSH_BYTES:
                 await self._flush()
 

@@ -74,7 +74,7 @@ browser:
 
 # The console's screenshots in docs/screenshots (taken by its browser tests).
 screenshots: setup browser
-    APPLIANCE_SCREENSHOTS=docs/screenshots {{py}} -m pytest -q tests/test_console_browser.py
+    APPLIANCE_SCREENSHOTS=docs/screenshots {{py}} -m pytest -q tests/system/test_console_browser.py
 
 # Create the virtual environment, install the package with its extras, build the default models.
 setup:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,10 @@ from appliance.models import build_models
 import package_builds
 import systemd_box
 from support import ROOT, SCIFACT, LiveServer, beir_slice, make_settings, observe_boot, write_keys
+
+# A few tests reuse another's helpers (`from test_parse_pdf_text import make_pdf`) across unit/, live/ and
+# system/: each folder importable by module name, as pytest itself imports the test files (unique basenames)
+sys.path[1:1] = [str(Path(__file__).parent / folder) for folder in ("unit", "live", "system")]
 
 
 SYSTEMD_TEMPLATE = pytest.StashKey[subprocess.Popen]()  # the service test's root file system, made meanwhile

@@ -1,8 +1,13 @@
-"""The three packages tests/test_package.py installs: this build, a previous one (another version of the same
+"""The three packages tests/system/test_package.py installs: this build, a previous one (another version of the same
 freeze) and a broken one (its encoder truncated, so the server fails /readyz). Kept in build/package/test-dist
 while nothing that goes into them changed.
 
-Building them takes about ten minutes of one core (the freeze, then three packs), so conftest.py starts this
+Only this build carries the default model (3.55 GB of weights): the previous version ships SmolLM2 (the default
+before it) and the tests that install it name that model in its settings, as an admin of that version had it; the
+broken one has no generation model at all. The upgrade and rollback paths do not depend on the weights, and each
+copy of them costs CI a pack, an unpack and a server load.
+
+Building them takes a few minutes of one core (the freeze, then three packs), so conftest.py starts this
 module as a process of its own, at the lowest CPU and I/O priority, as soon as a session has collected the package
 tests; the tests before them leave enough idle CPU for it, and the `builds` fixture waits for it.
 
@@ -21,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from support import ROOT
+from appliance.config.sections import DEFAULT_MODEL
 
 OUT = ROOT / "build" / "package" / "test-dist"
 LOG = ROOT / "build" / "package" / "test-dist.log"
@@ -67,17 +73,27 @@ def build_all(models_dir: Path) -> None:
     # release default (-6) and only ~1 % larger; what the packages do does not depend on the level
     _build(["--out", str(OUT), "--level", "1"])
     tree = ROOT / "build" / "package" / "dist" / "appliance"
-    _build(["--tree", str(tree), "--version", "0.0.9", "--level", "1", "--out", str(OUT)])
-    with tempfile.TemporaryDirectory(prefix="broken-models-") as broken:
-        shutil.copytree(models_dir, Path(broken) / "models", ignore=shutil.ignore_patterns("*.lock"),
-                        copy_function=os.link, dirs_exist_ok=True)
-        onnx = Path(broken) / "models" / "build" / "minilm" / "model.onnx"
+    with tempfile.TemporaryDirectory(prefix="test-models-") as work:
+        previous = _models_without(models_dir, Path(work) / "previous", DEFAULT_MODEL)
+        _build(["--tree", str(tree), "--version", "0.0.9", "--level", "1", "--models", str(previous),
+                "--out", str(OUT)])
+        broken = _models_without(models_dir, Path(work) / "broken", DEFAULT_MODEL, "smollm2")
+        onnx = broken / "build" / "minilm" / "model.onnx"
         data = onnx.read_bytes()
         onnx.unlink()  # a new file: the link shares the real model's bytes
         onnx.write_bytes(data[: len(data) // 3])
-        _build(["--tree", str(tree), "--version", "9.9.9-broken", "--level", "1", "--models",
-                str(Path(broken) / "models"), "--out", str(OUT)])
+        _build(["--tree", str(tree), "--version", "9.9.9-broken", "--level", "1", "--models", str(broken),
+                "--out", str(OUT)])
     (OUT / "key").write_text(key)
+
+
+def _models_without(models_dir: Path, dest: Path, *dropped: str) -> Path:
+    """A models folder of hard links to `models_dir` without the named models (manifest and built folder)."""
+    shutil.copytree(models_dir, dest, copy_function=os.link,
+                    ignore=shutil.ignore_patterns("*.lock", *(f"{name}.toml" for name in dropped)))
+    for name in dropped:
+        shutil.rmtree(dest / "build" / name)
+    return dest
 
 
 def _build(args: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""A client of an installed appliance, run by tests/test_package.py inside the server's network namespace (where
+"""A client of an installed appliance, run by tests/system/test_package.py inside the server's network namespace (where
 the test process itself cannot connect). Prints one JSON object with what it saw.
 
     python package_driver.py wait URL SECONDS

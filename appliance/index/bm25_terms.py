@@ -7,7 +7,7 @@ bm25s's files, its term statistics (per row: distinct term ids, their counts, it
 the kept rows' statistics, tokenizes only the new rows, and re-scores all postings in a few numpy passes.
 
 The scores are bm25s's own (method "lucene", k1 1.5, b 0.75, float32, the same operations in the same order),
-written in its file format and read by `bm25s.BM25.load`; tests/test_bm25_terms.py checks them against
+written in its file format and read by `bm25s.BM25.load`; tests/unit/test_bm25_terms.py checks them against
 `bm25s.BM25.index` on the same corpus.
 """
 from __future__ import annotations

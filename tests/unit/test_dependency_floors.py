@@ -9,7 +9,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # package -> (first fixed version, the advisory it fixes)
 FIXED = {
     "starlette": ("0.47.2", "CVE-2025-54121: a large multipart upload blocks the event loop while it rolls to disk"),

@@ -19,7 +19,7 @@ import yaml  # noqa: E402  (PyYAML comes with kubernetes-validate)
 from appliance.config import ENV_PREFIX, Settings, load_settings  # noqa: E402
 from appliance.serve.origin import HostPolicy, host_name  # noqa: E402
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "packaging" / "cluster" / "kubernetes"
+EXAMPLE = Path(__file__).resolve().parents[2] / "packaging" / "cluster" / "kubernetes"
 KUBERNETES = "1.37.0"  # pinned: the newest schemas kubernetes-validate 1.37 ships (validate() says which it used)
 FILES = {"namespace.yaml", "configmap.yaml", "secret.example.yaml", "statefulset.yaml", "service.yaml",
          "haproxy.yaml", "hpa.yaml", "networkpolicy.yaml", "pdb.yaml"}

@@ -153,7 +153,7 @@ def test_bad_settings_stop_the_cli_with_a_clear_message(tmp_path, models_dir):
 
 
 def test_eval_router_prints_the_shares_as_json(tmp_path, models_dir):
-    """On the training questions themselves (the held-out figures are in tests/test_router.py)."""
+    """On the training questions themselves (the held-out figures are in tests/unit/test_router.py)."""
     done = cli("eval", "router", "--questions", str(DATA / "router_questions" / "questions.jsonl"), "--json",
                data_dir=tmp_path / "state", models_dir=models_dir, port=free_port())
     assert done.returncode == 0, done.stderr

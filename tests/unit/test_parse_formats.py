@@ -25,7 +25,7 @@ from appliance.parse import markdown as md_parser
 from appliance.parse import pptx as pptx_parser
 from appliance.parse.archive import open_archive, safe_package
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 SCIFACT, CMRC = DATA / "scifact_files", DATA / "cmrc_files"
 LIMITS = ParseLimits()
 BOILERPLATE_EN = ["Cookie", "cookies", "Privacy policy", "Log in", "Related links", "Subscribe", "Share:",

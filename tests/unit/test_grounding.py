@@ -260,7 +260,9 @@ def test_hostile_text_is_handled_fast(hostile):
     supporting_quotes(g, [hostile[:20000]])
     extractive_answer(hostile[:2000], [hostile])
     assert g.label in LABELS
-    assert time.perf_counter() - started < 1.0
+    # a complexity guard, not a speed figure: a quadratic path over ~100k characters takes minutes, these take
+    # ~0.5 s alone and over 1 s on a box busy packing the test packages
+    assert time.perf_counter() - started < 5.0
 
 
 def test_sentence_grounding_is_frozen():

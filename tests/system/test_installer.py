@@ -240,7 +240,7 @@ def test_purge_removes_the_appliances_data_and_settings(packages, tmp_path):
 
 def test_the_unit_carries_the_folders_and_a_memory_limit_and_systemd_accepts_it(packages, tmp_path):
     """`unit` prints what a service install writes (the same function); systemd's own checker reads it, as
-    tests/test_package.py does for the packed template."""
+    tests/system/test_package.py does for the packed template."""
     prefix = _installed(packages, tmp_path, tmp_path / "data")
     data = tmp_path / "var" / "data"
     default = _sh(packages["good"], "unit", "--prefix", str(prefix), "--data-dir", str(data))

@@ -13,7 +13,7 @@ from appliance.store import Store
 from appliance.wiring import open_services
 from support import make_settings, run
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parents[1]  # tests/, where ingest_driver.py is
 
 
 def ingest_until_killed(data_dir: Path, models_dir: Path, start: int, acks_before_kill: int, extra_delay: float):

@@ -19,7 +19,7 @@ from appliance.parse import Format, ParseError, ParseErrorCode, ParseLimits, det
 from appliance.parse.detect import decode_text
 from appliance.parse.text import parse as parse_text
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 SCIFACT = DATA / "scifact_files"
 CMRC = DATA / "cmrc_files"
 EXPECTED = {".pdf": Format.PDF, ".docx": Format.DOCX, ".html": Format.HTML, ".md": Format.MARKDOWN,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "appliance"
+PACKAGE = Path(__file__).resolve().parents[2] / "appliance"
 # Lower number = lower layer. A module may import from its own package and from lower layers only; two different
 # packages on one layer do not import each other. Top-level modules not listed here (wiring, library, answer,
 # cli, ...) sit above every stage; `serve` is above them and only the CLI imports it.

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .answer import AskRequest, Done, Sources
-from .answer_scoring import Answered, AnswerRow, Gold, sample, score
-from .evaluate import beir_documents, load_qrels, read_jsonl
-from .grounding import cited_numbers, says_not_covered, strip_citations
-from .retrieve import PartitionFilter
-from .text import Turn, has_cjk
-from .timings import Stage
+from ..answers import AskRequest, Done, Sources
+from ..grounding import cited_numbers, says_not_covered, strip_citations
+from ..retrieve import PartitionFilter
+from ..text import Turn, has_cjk
+from ..timings import Stage
+from .scoring import Answered, AnswerRow, Gold, sample, score
+from .retrieval import beir_documents, load_qrels, read_jsonl
 
 log = logging.getLogger("appliance.evaluate")
 TENANT = "eval"

@@ -18,11 +18,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .answer_scoring import summarise
-from .config import Settings
-from .evaluate_answer_sets import AnswerSet, Asker, ingest_set, load_set, product_asker, run_set
-from .evaluate_conversations import needs_engines
-from .wiring import open_services
+from ..config import Settings
+from ..wiring import open_services
+from .scoring import summarise
+from .answer_sets import AnswerSet, Asker, ingest_set, load_set, product_asker, run_set
+from .conversations import needs_engines
 
 CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
 

@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..keys_file import (ADMIN, Caller, KeysFileError, KeysFileUnreadable, Stamp, hash_key, read_keys,
-                         stamp_of)
+from ..box import (ADMIN, Caller, KeysFileError, KeysFileUnreadable, Stamp, hash_key, read_keys,
+               stamp_of)
 
 log = logging.getLogger("appliance.serve")
 KEY_PREFIX = "rak_"

@@ -1,5 +1,5 @@
 """`appliance ...` commands: serve, ingest, search, ask, reindex, eval retrieval|router|cache, keys add,
-cache list|delete, cluster config|keys-map|status (cli_cluster); the box's own (models build|quantize, doctor, backup, restore) are in cli_box.
+cache list|delete, cluster config|keys-map|status (cluster.py); the box's own (models build|quantize, doctor, backup, restore) are in box.py.
 
 `ingest` and `search` talk to the running server when one answers on the configured address, and otherwise open
 the data folder themselves (it is locked, so the two never write it at once); `ask` and `cache` need the server.

@@ -81,7 +81,7 @@ def set_kind(folder: Path) -> str:
 
 
 def load_set(folder: Path, limit: int | None = None, name: str | None = None) -> AnswerSet:
-    """`limit`: questions (a question set) or conversations, sampled evenly (`answer_scoring.sample`)."""
+    """`limit`: questions (a question set) or conversations, sampled evenly (`scoring.sample`)."""
     folder = Path(folder)
     kind = set_kind(folder)
     corpus, qrels = list(read_jsonl(folder / "corpus.jsonl")), load_qrels(folder)

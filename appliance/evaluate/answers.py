@@ -1,6 +1,6 @@
 """`appliance eval answers`: a question set (SQuAD 2.0, CMRC 2018) or a conversation set (doc2dial) answered through
-the real engines, as the server answers it, against the gold answers (`evaluate_answer_sets` loads and asks,
-`answer_scoring` scores).
+the real engines, as the server answers it, against the gold answers (`answer_sets` loads and asks, `scoring`
+scores).
 
 The corpus goes into a fresh data folder; caches are off (every answer is computed); questions go `concurrency`
 at a time, so answers per minute are those of a box serving that many clients. Reports F1 and exact match (SQuAD's

@@ -10,8 +10,8 @@ from ..store import FileDocument
 from .files import FileIngester, FileInput, FilesResult
 from .ingest import DocumentInput
 from .quotas import QuotaExceeded
-from .reindexing import JobState, Reindexer, ReindexerClosed, ReindexJob, ReindexPending, ReindexQueueFull
 from .records import IngestResult, KindConflict, LanguageConflict, PartitionInfo
+from .reindexing import JobState, Reindexer, ReindexerClosed, ReindexJob, ReindexPending, ReindexQueueFull
 from .service import Library, check_reindex
 
 __all__ = ["DocumentInput", "FileDocument", "FileIngester", "FileInput", "FilesResult", "IngestResult", "JobState",

@@ -21,22 +21,16 @@ from typing import Protocol
 
 import threadpoolctl
 
-from .answer import Answerer, AskRequest, Event
+from .answers import Answerer, AskRequest, CachedAnswerer, Event, FollowUpAnswers, StandaloneQuestions
 from .cache import CacheAdmin, EmbeddingCache, ExactCache, SemanticCache, SemanticParams, SingleFlight
-from .cached_answers import CachedAnswerer
 from .cluster import Replicator, Site, load_secret
 from .config import ParseSettings, Settings
 from .encode import CharVectors, EncoderSet, GraphChoice, MicroBatcher, load_encoder
 from .generate import EngineSet, Router, build_vllm_engines, warm_up_prompts
-from .ingest import DocumentInput
-from .file_ingest import FileIngester
-from .library import Library
+from .library import DocumentInput, FileIngester, Library, QuotaExceeded, Reindexer
 from .parse import ParseLimits, ParserPool
 from .paths import model_folder
-from .quotas import QuotaExceeded
-from .reindexing import Reindexer
 from .retrieve import HybridSearcher, PartitionFilter, Retriever
-from .standalone import FollowUpAnswers, StandaloneQuestions
 from .store import BlobStore, Store
 from .text import BM25Tokenizer, markdown_title
 from .timings import ms_since

@@ -106,7 +106,7 @@ def saved(args, system: str, set_name: str) -> dict | None:
 
 
 def asker_for(system: str):
-    from appliance.evaluate_answer_sets import product_asker
+    from appliance.evaluate.answer_sets import product_asker
 
     if system == "plain":
         from answers_kit.plain import ask_plain
@@ -116,8 +116,8 @@ def asker_for(system: str):
 
 async def run_group(args, group: str, log) -> None:
     """The group's systems over every set they still lack, on one set of services (one boot, one index)."""
-    from appliance.evaluate_answer_sets import ingest_set, load_set
-    from appliance.evaluate_answers import eval_services, measure
+    from appliance.evaluate.answer_sets import ingest_set, load_set
+    from appliance.evaluate.answers import eval_services, measure
 
     systems = [s for s in args.systems if GROUPS[s] == group]
     todo = {name: [s for s in systems if args.fresh or saved(args, s, name) is None] for name in args.sets}

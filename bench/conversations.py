@@ -1,4 +1,4 @@
-"""Conversations benchmark: the standalone-question stage (appliance/standalone.py) in each of its modes, on
+"""Conversations benchmark: the standalone-question stage (appliance/answers/standalone.py) in each of its modes, on
 follow-up retrieval (doc2dial), against human rewrites (TREC CAsT 2019, CANARD) and, end to end, on answers with
 and without the conversation in the prompt.
 
@@ -33,8 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 # Only light imports at module level: vLLM starts its engine processes by re-importing this script as
-# `__mp_main__`, and bm25s -> numba -> llvmlite in an engine process breaks vLLM's module scan (appliance/cli.py).
-# The stages are imported inside the functions that run them.
+# `__mp_main__`, and bm25s -> numba -> llvmlite in an engine process breaks vLLM's module scan
+# (appliance/cli/commands.py). The stages are imported inside the functions that run them.
 from appliance.config import load_settings  # noqa: E402  (onnxruntime before usearch: see MODELS.md)
 
 import machine  # noqa: E402
@@ -97,7 +97,7 @@ class MethodCounter:
     expand_fallback) per requested mode, by wrapping the method in this process only; nothing else changes."""
 
     def __init__(self):
-        from appliance import standalone as standalone_module
+        from appliance.answers import standalone as standalone_module
 
         self.counts: dict[str, Counter] = defaultdict(Counter)
         self.llm_ms: dict[str, list[float]] = defaultdict(list)  # follow-ups sent to the rewrite engine only
@@ -168,7 +168,7 @@ async def retrieval(folder: Path, llm_folder: Path, counter: MethodCounter, log)
     """Call 1: every conversation, the modes that need no engine. Calls 2 and 3: the first conversations (what the
     rewrite engine can get through in minutes on this box), every mode, so that all of them compare on the same
     turns; call 3 is auto with followup = rewrite (another setting, so fresh services)."""
-    from appliance.evaluate_conversations import evaluate_conversations
+    from appliance.evaluate.conversations import evaluate_conversations
 
     out: dict = {"all_runs": [], "runs": []}
     calls = [("all_runs", make_settings(generation=False, standalone="auto"), folder, CHEAP_MODES, "doc2dial all"),
@@ -200,7 +200,7 @@ def _log_run(log, r: dict) -> None:
 # ---------------------------------------------------------------- step 2
 
 async def rewrites(args, counter: MethodCounter, log) -> list[dict]:
-    from appliance.evaluate_conversations import evaluate_rewrites
+    from appliance.evaluate.conversations import evaluate_rewrites
 
     rows = []
     for name, path in REWRITES.items():
@@ -226,7 +226,7 @@ async def rewrites(args, counter: MethodCounter, log) -> list[dict]:
 # ---------------------------------------------------------------- step 3
 
 async def answers(args, log) -> list[dict]:
-    from appliance.evaluate_answers import evaluate_answers
+    from appliance.evaluate.answers import evaluate_answers
 
     runs = []
     other = 0.0 if make_settings(generation=False).small.frequency_penalty else PENALTY

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from appliance.config import load_settings  # noqa: E402  (onnxruntime before usearch: see MODELS.md)
 from appliance.evaluate import evaluate_retrieval  # noqa: E402
-from appliance.file_ingest import FileInput  # noqa: E402
+from appliance.library import FileInput  # noqa: E402
 from appliance.parse import ParseError, ParserPool, parse_bytes  # noqa: E402
 from appliance.wiring import open_services, parse_limits  # noqa: E402
 

@@ -31,5 +31,5 @@ class CacheAdmin:
         return self._semantic.entries(tenant, limit) if self._semantic is not None else []
 
     def delete(self, tenant: str, entry_id: int) -> bool:
-        """Deleting an entry also stops its exact copies from being served (see cached_answers)."""
+        """Deleting an entry also stops its exact copies from being served (see answers/cached.py)."""
         return self._semantic.delete(tenant, entry_id) if self._semantic is not None else False

@@ -5,7 +5,7 @@ random bytes, so a fast hash is enough). Still, whoever can write the file can l
 it learns the tenants: a file others can read or any but its owner can write stops the boot. Revoking a key must
 not need a restart, so the server re-reads the file when it changes (and on SIGHUP); a change that is wrong never
 costs the keys it has, while a file that is gone or unreadable takes them all (revocation fails closed) until it
-can be read again. The file's format and mode rule are in appliance/keys_file.py (doctor and restore use them too).
+can be read again. The file's format and mode rule are in appliance/box/keys_file.py (doctor and restore use them too).
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..keys_file import (ADMIN, Caller, KeysFileError, KeysFileUnreadable, Stamp, hash_key, read_keys,
-                         stamp_of)
+from ..box import (ADMIN, Caller, KeysFileError, KeysFileUnreadable, Stamp, hash_key, read_keys,
+               stamp_of)
 
 log = logging.getLogger("appliance.serve")
 KEY_PREFIX = "rak_"

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..answer import AskRequest
+from ..answers import AskRequest
 from ..config import MAX_FUSION_WEIGHT, ServerSettings
-from ..ingest import DocumentInput
+from ..library import DocumentInput
 from ..retrieve import PartitionFilter
 from ..text import Turn
 from .errors import ApiError

@@ -8,13 +8,10 @@ from dataclasses import asdict, dataclass
 from pathlib import PurePath
 from typing import Any
 
-from ..answer_checks import grounding_json
-from ..answer import Done, Failed, Route, Source, Sources, Usage, answer_citations, citation, cited_sources
+from ..answers import (Done, Failed, Route, Source, Sources, Usage, answer_citations, citation, cited_sources,
+                       grounding_json)
 from ..generate import EngineStatus
-from ..file_ingest import FilesResult
-from ..library import IngestResult, PartitionInfo
-from ..reindexing import ReindexJob
-from ..store import FileDocument
+from ..library import FileDocument, FilesResult, IngestResult, PartitionInfo, ReindexJob
 from ..retrieve import Hit
 
 

@@ -15,7 +15,7 @@ import asyncio
 import time
 import uuid
 
-from appliance.answer_scoring import Answered
+from appliance.evaluate.scoring import Answered
 from appliance.generate import EngineDown, fit_tokens
 from appliance.generate.repetition import repeated_tail
 from appliance.grounding import check_answer, says_not_covered

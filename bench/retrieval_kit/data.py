@@ -80,7 +80,7 @@ def make_settings(data_dir: Path, encoder: str) -> Settings:
 
 # The code that decides what an index holds (chunking, BM25 terms, vectors, on-disk format): when it changes, a
 # cached index no longer shows what the current code would build, so the cache is rebuilt.
-INDEX_CODE = ["appliance/index", "appliance/text", "appliance/encode", "appliance/ingest.py"]
+INDEX_CODE = ["appliance/index", "appliance/text", "appliance/encode", "appliance/library/ingest.py"]
 
 
 def code_hash(parts: list[str] = INDEX_CODE) -> str:

@@ -305,7 +305,7 @@ def test_restore_never_takes_the_caches_nor_a_keys_file_the_server_would_refuse(
 
 
 def test_backups_are_private_and_a_tar_archive_restores_as_a_folder_does(tmp_path, models_dir, corpus):
-    from appliance.backup import backup, restore
+    from appliance.box.backup import backup, restore
 
     keys_file, keys = write_keys(tmp_path, ["acme"])
     settings = make_settings(tmp_path / "box", models_dir, admission_keys_file=str(keys_file))

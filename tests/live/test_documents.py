@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 
-import appliance.ingest as ingest
+import appliance.library.ingest as ingest
 from support import LiveServer, make_settings
 
 

@@ -13,9 +13,9 @@ import time
 import httpx
 import pytest
 
-from appliance.answer import Answerer
+from appliance.answers import Answerer
 from appliance.generate import EngineSet
-from appliance.ingest import DocumentInput
+from appliance.library import DocumentInput
 from appliance.serve.slots import TenantSlots
 from appliance.wiring import open_services
 from scripted import Script, ScriptedEngine

@@ -271,8 +271,8 @@ def _listing_of(client: httpx.Client, tenant: str) -> dict[str, dict]:
 def test_reindex_parses_kept_files_again_when_the_parser_is_newer(tmp_path, models_dir, monkeypatch):
     """The original bytes are kept: a newer parser (PARSER_VERSION bumped) reads them again on `reparse`; the
     same parser does only when forced."""
-    import appliance.file_ingest as file_ingest
-    from appliance.file_ingest import FileInput
+    import appliance.library.files as file_ingest
+    from appliance.library import FileInput
     from appliance.wiring import open_services
     from support import run
 
@@ -301,7 +301,7 @@ def test_one_tenants_slow_files_do_not_hold_up_another_tenants_file(tmp_path, mo
     """Files that hang their parser (the fault is injected: each takes the whole parse timeout) from one tenant,
     then one file from another: the pool takes the requests' files in turn, so the second tenant's file is stored
     while the first tenant's are still queued (first come, first served over all files would put it last)."""
-    from appliance.file_ingest import FileIngester, FileInput
+    from appliance.library import FileIngester, FileInput
     from appliance.parse import ParseLimits, ParserPool
     from appliance.wiring import open_services
     from support import run
@@ -384,7 +384,7 @@ def test_a_tenant_flooding_many_requests_does_not_hold_up_another_tenants_file(t
     """A tenant's flood as many concurrent one-file requests (each request is bounded to `workers` files, so only
     the pool's turns between tenants keep this fair): the calm tenant's file takes about one parse longer than
     alone, not the flood's 12 / 2 workers x 0.5 s."""
-    from appliance.file_ingest import FileIngester, FileInput
+    from appliance.library import FileIngester, FileInput
     from appliance.parse import ParseLimits, ParserPool
     from appliance.wiring import open_services
     from support import run

@@ -22,7 +22,7 @@ import httpx
 import pytest
 from openai import OpenAI
 
-from appliance.answer import Answerer
+from appliance.answers import Answerer
 from appliance.generate import EngineSet, Router
 from appliance.wiring import load_router, open_services
 from scripted import ScriptedEngine

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.evaluate import beir_documents
-from appliance.ingest import DocumentInput
+from appliance.library import DocumentInput
 from appliance.retrieve import PartitionFilter
 from appliance.text import detect_language, question_language
 from appliance.wiring import open_services

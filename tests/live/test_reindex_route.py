@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from appliance.evaluate import beir_documents
-from appliance.reindexing import JobState
+from appliance.library import JobState
 from appliance.wiring import open_services
 from support import (CMRC, SCIFACT, LiveServer, assert_refused_unchanged, beir_slice, make_settings,
                      partition_route_refusals, run, write_keys)

@@ -107,7 +107,7 @@ def test_a_body_that_repeats_the_delimiter_with_a_wrong_byte_is_refused_at_once(
 def test_an_upload_frees_its_spool_share_once_stored_not_after_the_index_wait(tmp_path, models_dir):
     """The route frees its spool bytes through `on_stored`: called once the files are in the blob store, before the
     index is built, so uploads waiting on a slow re-index hold no spool room."""
-    from appliance.file_ingest import FileInput
+    from appliance.library import FileInput
     from appliance.wiring import open_services
     from support import run
 

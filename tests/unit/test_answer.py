@@ -1,4 +1,4 @@
-"""The answer path (answer.py, cached_answers.py) around scripted engines: routing, degrade, retry on a dead
+"""The answer path (answers/answer.py, answers/cached.py) around scripted engines: routing, degrade, retry on a dead
 engine, deadlines, single flight. A real retriever over a real index feeds it; the engines inject the faults."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import contextlib
 
 import pytest
 
-from appliance.answer import AskRequest, Answerer, Done, Failed, Sources, Token
+from appliance.answers import AskRequest, Answerer, Done, Failed, Sources, Token
 from appliance.cache import ExactCache, SingleFlight
-from appliance.cached_answers import CachedAnswerer
+from appliance.answers import CachedAnswerer
 from appliance.generate import EngineSet
-from appliance.ingest import DocumentInput
+from appliance.library import DocumentInput
 from appliance.retrieve import PartitionFilter
 from appliance.wiring import open_services
 

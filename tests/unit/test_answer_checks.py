@@ -1,4 +1,4 @@
-"""Each answer checked against its passages on the answer path (answer_checks.py): citations validated, the
+"""Each answer checked against its passages on the answer path (answers/checks.py): citations validated, the
 grounding label, what an unsupported answer becomes under each `generate.unsupported` policy, extractive answers.
 Scripted engines say exactly what a model might (a citation of a passage never given, an invented claim); a real
 retriever over a real index gives the passages. The real engines' answers are checked in test_answers.py and
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from appliance.answer import AskRequest, Done, Token, answer_citations
-from appliance.answer_checks import NOT_COVERED, QUOTE_LEAD
+from appliance.answers import AskRequest, Done, Token, answer_citations
+from appliance.answers.checks import NOT_COVERED, QUOTE_LEAD
 
 from scripted import Script, ScriptedEngine
 from support import run

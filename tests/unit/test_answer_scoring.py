@@ -1,11 +1,11 @@
-"""Answer scoring (appliance/answer_scoring.py): SQuAD's and CMRC's scorers on known cases, abstention, citations,
+"""Answer scoring (appliance/evaluate/scoring.py): SQuAD's and CMRC's scorers on known cases, abstention, citations,
 the flag rates, the summary's fields and the even sampler. Pure functions: no engine, no services."""
 from __future__ import annotations
 
 import pytest
 
-from appliance.answer_scoring import (Answered, Gold, best_match, cmrc_f1, cmrc_normal, cmrc_segments, holds, sample,
-                                      score, squad_f1, squad_tokens, summarise)
+from appliance.evaluate.scoring import (Answered, Gold, best_match, cmrc_f1, cmrc_normal, cmrc_segments, holds,
+                                        sample, score, squad_f1, squad_tokens, summarise)
 
 
 # ---------------------------------------------------------------- SQuAD

@@ -18,11 +18,11 @@ import pytest
 import appliance.index.builder as builder
 import appliance.index.token_shards as token_shards
 import appliance.index.tokens as tokens_module
-import appliance.ingest as ingest_module
+import appliance.library.ingest as ingest_module
 from appliance.config import IndexSettings
 from appliance.encode import load_encoder
 from appliance.index import NewChunks, PartitionSnapshot, build_version, current_version
-from appliance.ingest import DocumentInput
+from appliance.library import DocumentInput
 from appliance.paths import model_folder
 from appliance.retrieve import PartitionFilter
 from appliance.store import NewDocument, Store
@@ -193,7 +193,7 @@ def test_an_ingest_on_a_full_disk_is_kept_and_indexed_once_space_is_back(small_d
 
 
 def test_a_file_upload_on_a_full_disk_stores_nothing_and_leaves_no_partial_file(small_disk, models_dir):
-    from appliance.file_ingest import FileInput
+    from appliance.library import FileInput
 
     settings = make_settings(small_disk.path / "data", models_dir)
     first = FileInput("first.md", b"# Pumps\n\nThe pump is serviced every March.\n")

@@ -8,18 +8,40 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "appliance"
 # Lower number = lower layer. A module may import from its own package and from lower layers only; two different
-# packages on one layer do not import each other. Top-level modules not listed here (wiring, library, answer,
-# cli, ...) sit above every stage; `serve` is above them and only the CLI imports it.
+# packages (or top-level modules) on one layer never import each other. Every package and top-level module of
+# `appliance/` has a layer here (`test_every_unit_has_a_layer`).
 LAYERS = {
-    "config": 0, "timings": 0, "paths": 0,
+    # plumbing that imports nothing of ours but settings: the settings, the stage vocabulary, where models live,
+    # the CLI's HTTP client, and the package's own `__init__` (`__version__`)
+    "__init__": 0, "config": 0, "timings": 0, "paths": 0, "client": 0,
+    # the stages
     "text": 1, "store": 1, "parse": 1,
     "encode": 2, "index": 2,
     "cache": 3,
     "retrieve": 4,
     "generate": 5, "models": 5, "grounding": 5,
-    "serve": 8, "cli": 9, "cli_eval": 9, "cli_ingest": 9, "cli_cluster": 9, "__main__": 9,
+    # above the stages: the write path and the answer path, side by side (neither imports the other)
+    "library": 6, "answers": 6,
+    "cluster": 7,  # a tenant's second copy is written through the library
+    "wiring": 8,  # the one module that builds the services
+    # the box's upkeep (backup locks the data folder as wiring does) and the evaluations (they open the services)
+    "box": 9, "evaluate": 9,
+    "serve": 10,  # HTTP over the services; reads the API keys with box's keys file
+    "cli": 11,  # the `appliance` command on top: only it imports `serve`
+    "__main__": 12,  # `python -m appliance` runs the CLI
 }
-ABOVE_STAGES = 7
+STAGES_TOP = LAYERS["grounding"]
+# Above the stages, only the library imports the store: the other services reach documents through the `Library`,
+# and a listed document (`FileDocument`) through `appliance.library`'s surface. Besides it: `wiring` builds the
+# store it hands to the library; `box`'s backup copies and checks the database as a whole (`store.copy_database`,
+# `copied_contents`), which no library call does; `cluster`'s replicator pages the store's journal and keeps its
+# peer cursors there, which the Library does not wrap yet, and its wire format is the journal's records. The
+# stages below the library (index, retrieve) use the store's records as what they are built from, as any lower
+# layer may.
+STORE_OWNERS = {"store", "library", "wiring", "box", "cluster"}
+# Nor does a module reach past a `Library` to its store (`<a library>.store`), inside `library` too: file ingest
+# asks the Library (`stored_versions`, `file_documents`, `find_file`, ...). Only the replicator still does (above).
+REACH_PAST_LIBRARY = {"cluster/replicator.py"}
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 
@@ -34,8 +56,13 @@ def _unit(path: Path) -> str:
     return rel.parts[0]
 
 
+def _units() -> set[str]:
+    """Every package and top-level module of `appliance/`."""
+    return {p.stem for p in PACKAGE.glob("*.py")} | {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+
+
 def _layer(unit: str) -> int:
-    return LAYERS.get(unit, ABOVE_STAGES)
+    return LAYERS[unit]
 
 
 def _imported_units(path: Path) -> set[str]:
@@ -56,19 +83,43 @@ def _imported_units(path: Path) -> set[str]:
                 names = [parts[0]] if parts else [alias.name for alias in node.names]
             else:
                 continue
-            units.update(names)
+            # `from appliance import __version__`: a name of the package's own `__init__`, not a unit
+            units.update(name if parts or name in _units() else "__init__" for name in names)
         elif isinstance(node, ast.Import):
             units.update(a.name.split(".")[1] for a in node.names if a.name.startswith("appliance."))
     return units
 
 
+def test_every_unit_has_a_layer():
+    assert _units() == set(LAYERS), f"not placed: {sorted(_units() - set(LAYERS))}; " \
+                                    f"gone: {sorted(set(LAYERS) - _units())}"
+
+
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_imports_point_down(path: Path):
     unit = _unit(path)
-    for other in _imported_units(path) - {unit, "__init__"}:
+    for other in _imported_units(path) - {unit}:
         mine, theirs = _layer(unit), _layer(other)
-        assert theirs < mine or theirs == mine >= ABOVE_STAGES, \
-            f"{path.relative_to(PACKAGE)} ({unit}, layer {mine}) imports {other} (layer {theirs})"
+        assert theirs < mine, f"{path.relative_to(PACKAGE)} ({unit}, layer {mine}) imports {other} (layer {theirs})"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_only_the_library_reaches_the_store(path: Path):
+    unit = _unit(path)
+    if _layer(unit) > STAGES_TOP and unit not in STORE_OWNERS:
+        assert "store" not in _imported_units(path), \
+            f"{path.relative_to(PACKAGE)} imports appliance.store: go through the Library (appliance.library)"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_nothing_reaches_past_the_library_to_its_store(path: Path):
+    if str(path.relative_to(PACKAGE)) in REACH_PAST_LIBRARY:
+        return
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Attribute) and node.attr == "store":
+            owner = node.value
+            name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+            assert name != "library", f"{path.relative_to(PACKAGE)}:{node.lineno} reads the library's store"
 
 
 def test_modules_and_functions_are_short():

@@ -8,8 +8,7 @@ from dataclasses import replace
 import pytest
 
 from appliance.index import PartitionSnapshot
-from appliance.ingest import DocumentInput
-from appliance.library import KindConflict
+from appliance.library import DocumentInput, KindConflict
 from appliance.retrieve import PartitionFilter
 from appliance.wiring import DataDirBusy, Services, open_services
 
@@ -256,7 +255,7 @@ def test_a_partition_keeps_its_kind(settings):
 
 
 def test_a_failed_index_build_keeps_the_documents_and_recovers(settings, monkeypatch):
-    import appliance.ingest as ingest
+    import appliance.library.ingest as ingest
 
     real = ingest.build_version
 

@@ -1,7 +1,7 @@
 """Whose queued re-index starts next (reindexing.Turns): tenants take turns, and none waits for ever."""
 from __future__ import annotations
 
-from appliance.reindexing import ReindexJob, Turns
+from appliance.library.reindexing import ReindexJob, Turns
 
 
 def _job(tenant: str, partition: str) -> ReindexJob:

@@ -1,12 +1,12 @@
 """The small/large model router: trained (models.router_training), deciding (generate.router) and evaluated
-(evaluate_router) on the labelled questions with the real MiniLM encoder. Its text features: test_question.py."""
+(evaluate.router) on the labelled questions with the real MiniLM encoder. Its text features: test_question.py."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from appliance.encode import Encoded, load_encoder
-from appliance.evaluate_router import cross_validate, evaluate_router
+from appliance.evaluate.router import cross_validate, evaluate_router
 from appliance.generate.router import Router
 from appliance.models.router_training import build_router, encode_questions, load_questions, train_router
 from appliance.paths import model_folder

@@ -13,7 +13,7 @@ from statistics import median
 
 import psutil
 
-from appliance.ingest import DocumentInput
+from appliance.library import DocumentInput
 from appliance.retrieve import PartitionFilter
 from appliance.wiring import open_services
 

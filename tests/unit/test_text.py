@@ -45,7 +45,7 @@ def test_chunks_are_bounded_in_characters_too():
 
 def test_documents_are_chunked_within_the_default_character_bound():
     from appliance.config import ChunkSettings
-    from appliance.ingest import DocumentInput, prepare_documents
+    from appliance.library.ingest import DocumentInput, prepare_documents
 
     [doc] = prepare_documents([DocumentInput(text="z" * 100_000)], ChunkSettings())
     assert len(doc.chunks) == 50 and all(len(c) == 2000 for c in doc.chunks)

@@ -5,7 +5,7 @@ import logging
 from support import SCIFACT, beir_slice, make_settings
 
 from appliance.evaluate import beir_documents
-from appliance.ingest import DocumentInput
+from appliance.library import DocumentInput
 from appliance.retrieve import PartitionFilter
 from appliance.wiring import open_services
 

@@ -8,8 +8,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ...library import KindConflict, LanguageConflict
-from ...quotas import QuotaExceeded
+from ...library import KindConflict, LanguageConflict, QuotaExceeded
 from ..edge import copies_json, edge, name_param, read_body, require_ready, tenant_param
 from ..errors import ApiError
 from ..requests import IngestBody

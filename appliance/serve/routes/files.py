@@ -11,9 +11,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from ...file_ingest import FileInput
-from ...library import KindConflict, LanguageConflict
-from ...quotas import QuotaExceeded
+from ...library import FileInput, KindConflict, LanguageConflict, QuotaExceeded
 from ...parse import MEDIA_TYPES, Format, ParseErrorCode
 from ..edge import NAME, copies_json, edge, name_param, require_ready, tenant_of, tenant_param
 from ..errors import ApiError

@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ...reindexing import ReindexerClosed, ReindexPending, ReindexQueueFull
+from ...library import ReindexerClosed, ReindexPending, ReindexQueueFull
 from ..edge import NAME, edge, read_body, require_ready, tenant_param
 from ..errors import ApiError
 from ..requests import PartitionSettingsBody, ReindexBody

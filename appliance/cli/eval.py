@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from .config import MAX_FUSION_WEIGHT, Settings
+from ..config import MAX_FUSION_WEIGHT, Settings
 
 
 def add_eval_commands(commands) -> None:
@@ -71,7 +71,7 @@ def _weights(text: str) -> tuple[float, ...]:
 
 
 def _eval_retrieval(settings: Settings, args) -> None:
-    from .evaluate import evaluate_retrieval
+    from ..evaluate import evaluate_retrieval
 
     late = {"on": True, "off": False, "config": None}[args.late_interaction]
     progress = None if args.json else (lambda done, total: print(f"\ringested {done}/{total}", end="",
@@ -87,7 +87,7 @@ def _eval_retrieval(settings: Settings, args) -> None:
 
 
 def _eval_conversations(settings: Settings, args) -> None:
-    from .evaluate_conversations import evaluate_conversations, evaluate_rewrites
+    from ..evaluate.conversations import evaluate_conversations, evaluate_rewrites
 
     if (args.data is None) == (args.rewrites is None):
         sys.exit("appliance eval conversations: give --data DIR or --rewrites FILE")
@@ -101,8 +101,8 @@ def _eval_conversations(settings: Settings, args) -> None:
 
 
 def _eval_answers(settings: Settings, args) -> None:
-    from .evaluate_answer_sets import set_kind
-    from .evaluate_answers import evaluate_answers
+    from ..evaluate.answer_sets import set_kind
+    from ..evaluate.answers import evaluate_answers
 
     try:
         set_kind(args.data)
@@ -117,10 +117,10 @@ def _eval_answers(settings: Settings, args) -> None:
 
 
 def _eval_router(settings: Settings, args) -> None:
-    from .evaluate_router import evaluate_router
-    from .models.router_training import load_questions
-    from .text import normalise_question
-    from .wiring import load_router
+    from ..evaluate.router import evaluate_router
+    from ..models.router_training import load_questions
+    from ..text import normalise_question
+    from ..wiring import load_router
 
     router = load_router(settings)
     if router is None:
@@ -139,9 +139,9 @@ def _eval_router(settings: Settings, args) -> None:
 def _eval_cache(settings: Settings, args) -> None:
     from dataclasses import replace
 
-    from .cache import SemanticParams
-    from .cache.evaluate import evaluate_pairs, load_pairs
-    from .text import detect_language
+    from ..cache import SemanticParams
+    from ..cache.evaluate import evaluate_pairs, load_pairs
+    from ..text import detect_language
 
     try:
         pairs = load_pairs(args.pairs)
@@ -166,8 +166,8 @@ def _eval_cache(settings: Settings, args) -> None:
 
 
 def _open_encoder(settings: Settings, name: str):
-    from .encode import load_encoder
-    from .paths import model_folder
+    from ..encode import load_encoder
+    from ..paths import model_folder
 
     return load_encoder(name, model_folder(settings.models_dir, name), settings.encoder.threads,
                         settings.encoder.max_length, settings.encoder.graph)

@@ -17,11 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from .config import ChunkSettings, IndexSettings
-from .encode import EncoderSet, MicroBatcher
-from .index import NewChunks, PartitionSnapshot, build_version, collect_garbage, current_version, needs_recoding
-from .store import ChunkRow, NewDocument, Partition, Store
-from .text import BM25Tokenizer, chunk_text, content_hash
+from ..config import ChunkSettings, IndexSettings
+from ..encode import EncoderSet, MicroBatcher
+from ..index import NewChunks, PartitionSnapshot, build_version, collect_garbage, current_version, needs_recoding
+from ..store import ChunkRow, NewDocument, Partition, Store
+from ..text import BM25Tokenizer, chunk_text, content_hash
 
 log = logging.getLogger("appliance.ingest")
 

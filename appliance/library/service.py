@@ -9,58 +9,21 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
-from .config import ChunkSettings, IndexSettings, QuotaSettings
-from .encode import EncoderSet
-from .index import PartitionSnapshot
+from ..config import ChunkSettings, IndexSettings, QuotaSettings
+from ..encode import EncoderSet
+from ..index import PartitionSnapshot
+from ..retrieve import PartitionFilter, Target, select_partitions
+from ..store import BlobStore, FileDocument, NewDocument, Partition, Store
+from ..text import AUTO, LANGUAGES, BM25Tokenizer, detect_language
 from .ingest import DocumentInput, PartitionIndexer, prepare_documents
 from .quotas import check_quota
-from .retrieve import PartitionFilter, Target, select_partitions
-from .store import BlobStore, DocumentStatus, FileDocument, NewDocument, Partition, Store
-from .text import AUTO, LANGUAGES, BM25Tokenizer, detect_language
+from .records import IngestResult, KindConflict, LanguageConflict, PartitionInfo
 
 log = logging.getLogger("appliance")
 VersionListener = Callable[[Partition, int], None]  # (partition, version now indexed)
-
-
-class KindConflict(ValueError):
-    """An ingest named a kind other than the one the existing partition has."""
-
-
-class LanguageConflict(ValueError):
-    """An ingest named a language other than the one the existing partition has (a re-index changes it)."""
-
-
-@dataclass(slots=True)
-class IngestResult:
-    tenant: str
-    partition: str
-    version: int
-    indexed_version: int
-    documents: list[DocumentStatus] = field(default_factory=list)
-    index_error: str | None = None  # the documents are stored; the index catches up on the next write or boot
-    seq: int = 0  # the store journal's last entry for this write (0: nothing changed); what a peer box must apply
-
-    @property
-    def indexed(self) -> bool:
-        return self.indexed_version >= self.version
-
-
-@dataclass(slots=True, frozen=True)
-class PartitionInfo:
-    tenant: str
-    name: str
-    kind: str
-    version: int  # the store's
-    indexed_version: int  # the searchable index's (behind while a build runs)
-    chunks: int
-    language: str = AUTO  # en, zh, multi; auto until its first documents decide it
-    encoder: str = ""  # what its current index version was built by ("" before any)
-    dense_weight: float | None = None  # its own weight of the vector list in fusion (None: its language's)
-    documents: int | None = None  # filled by `partition_details` only (a store read)
-    index_bytes: int | None = None  # the searchable index version's files on disk (ditto)
 
 
 class Library:
@@ -317,6 +280,46 @@ class Library:
         call from a worker thread)."""
         record = self.store.get_partition(tenant, partition)
         return None if record is None else self.store.list_documents(record.id, after, limit)
+
+    # -- documents that came from files (store reads: call from a worker thread) -------------------------------
+
+    def stored_versions(self, tenant: str, partition: str,
+                        keys: list[str]) -> dict[str, tuple[str, FileDocument | None]]:
+        """The content hash (and file, if any) of those of `keys` the partition holds."""
+        record = self.store.get_partition(tenant, partition)
+        if record is None:
+            return {}
+        files = {d.key: d for d in self.store.file_documents(record.id, keys)}
+        return {k: (d.content_hash, files.get(k)) for k, d in self.store.stored_documents(record.id, keys).items()}
+
+    def file_documents(self, tenant: str, partition: str) -> list[FileDocument]:
+        """The partition's documents that came from files (none where there is no such partition)."""
+        record = self.store.get_partition(tenant, partition)
+        return self.store.file_documents(record.id) if record is not None else []
+
+    def find_file(self, tenant: str, key: str, partition: str | None = None) -> tuple[FileDocument, Path] | None:
+        """A document of the tenant's that came from a file, and where its kept file is; None where the tenant has
+        no such document (in `partition`, when named)."""
+        for record in self.store.document_keys(tenant, key):
+            if partition is not None and record.name != partition:
+                continue
+            for doc in self.store.file_documents(record.id, [key]):
+                return doc, self.blobs.path(doc.file.sha256)
+        return None
+
+    def read_file(self, sha256: str) -> bytes:
+        """The bytes of a kept file."""
+        return self.blobs.read(sha256)
+
+    def stored_partitions(self, tenant: str | None = None) -> list[tuple[str, str]]:
+        """(tenant, name) of every partition in the store (or the tenant's), in the order they were made."""
+        return [(p.tenant, p.name) for p in self.store.partitions(tenant)]
+
+    def forget_hashes(self, tenant: str, partition: str, keys: list[str]) -> None:
+        """Make the next write of these documents count as a change (parsing the same bytes again on purpose)."""
+        record = self.store.get_partition(tenant, partition)
+        if record is not None:
+            self.store.forget_hashes(record.id, keys)
 
     def targets(self, where: PartitionFilter) -> list[Target]:
         """The searchable snapshots of the partitions a request may search, as they are now, each with the language

@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from .client import ApplianceClient, ServerError
-from .paths import file_sha256
+from ..client import ApplianceClient, ServerError
+from ..paths import file_sha256
 
 BATCH_FILES = 16  # files per upload request
 BATCH_BYTES = 32 * 1024 * 1024  # and at most this many bytes (well under parse.max_upload_bytes)
@@ -173,8 +173,8 @@ def _refusal(exc: ServerError) -> str:
 
 
 async def ingest_local(services, args, files: list[LocalFile], bar, max_file_bytes: int) -> list[Line]:
-    from .file_ingest import FileInput
-    from .serve.responses import files_json
+    from ..library import FileInput
+    from ..serve.responses import files_json
 
     docs = await asyncio.to_thread(_all_documents, services.library, args.tenant, args.partition)
     stored = {d.key: d.file.sha256 if d.file else None for d in docs}

@@ -17,11 +17,11 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from .config import ConversationSettings
-from .generate import EngineDown, EngineSet, rewrite_prompt
-from .text import Turn, depends_on_history, expand_question, history_query
+from ..config import ConversationSettings
+from ..generate import EngineDown, EngineSet, rewrite_prompt
+from ..text import Turn, depends_on_history, expand_question, history_query
+from ..timings import Stage, ms_since
 from .answer import AskRequest, Done, Event, Sources
-from .timings import Stage, ms_since
 
 log = logging.getLogger("appliance.standalone")
 REWRITE_TURNS = 6  # earlier messages the rewrite prompt shows (each cut to REWRITE_TURN_CHARS)

@@ -14,14 +14,14 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
-from .answer_checks import NOT_COVERED, check_generated, extractive, not_checked, passage_texts, retrieval_only
-from .config import ConversationSettings, GenerateSettings, RouterSettings
-from .generate import EngineDown, EngineSet, Passage, Router, TextEngine, build_prompt, fit_tokens, recent_history
-from .generate.repetition import repeated_tail
-from .grounding import SUPPORTED, Grounding, cited_numbers
-from .retrieve import Hit, PartitionFilter, Retriever, SearchResult
-from .text import Turn, has_cjk, normalise_question
-from .timings import Stage, Timings, ms_since
+from ..config import ConversationSettings, GenerateSettings, RouterSettings
+from ..generate import EngineDown, EngineSet, Passage, Router, TextEngine, build_prompt, fit_tokens, recent_history
+from ..generate.repetition import repeated_tail
+from ..grounding import SUPPORTED, Grounding, cited_numbers
+from ..retrieve import Hit, PartitionFilter, Retriever, SearchResult
+from ..text import Turn, has_cjk, normalise_question
+from ..timings import Stage, Timings, ms_since
+from .checks import NOT_COVERED, check_generated, extractive, not_checked, passage_texts, retrieval_only
 
 AUTO = "auto"
 PROMPT_RESERVE = 400  # tokens of the context kept beside the budgeted parts: our system prefix and the question

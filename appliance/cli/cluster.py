@@ -5,7 +5,7 @@ import json
 import sys
 from pathlib import Path
 
-from .config import ConfigError, Settings, load_boxes
+from ..config import ConfigError, Settings, load_boxes
 
 
 def add_cluster_commands(commands) -> None:
@@ -37,7 +37,7 @@ def _boxes_file(settings: Settings, given: Path | None) -> Path:
 
 
 def _config(settings: Settings, args) -> None:
-    from .cluster import Site, haproxy_config
+    from ..cluster import Site, haproxy_config
 
     path = _boxes_file(settings, args.boxes)
     try:
@@ -52,8 +52,8 @@ def _config(settings: Settings, args) -> None:
 
 
 def _keys_map(settings: Settings, args) -> None:
-    from .cluster.haproxy import keys_map
-    from .serve.keys import ApiKeys
+    from ..cluster.haproxy import keys_map
+    from ..serve.keys import ApiKeys
 
     path = args.keys or (Path(settings.admission.keys_file) if settings.admission.keys_file else None)
     if path is None:
@@ -64,8 +64,8 @@ def _keys_map(settings: Settings, args) -> None:
 def _status(settings: Settings, args) -> None:
     import httpx
 
-    from .cluster import load_secret
-    from .cluster.wire import box_tls
+    from ..cluster import load_secret
+    from ..cluster.wire import box_tls
 
     c = settings.cluster
     if not c.boxes:

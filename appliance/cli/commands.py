@@ -1,5 +1,5 @@
 """`appliance ...` commands: serve, ingest, search, ask, reindex, eval retrieval|router|cache, keys add,
-cache list|delete, cluster config|keys-map|status (cli_cluster); the box's own (models build|quantize, doctor, backup, restore) are in cli_box.
+cache list|delete, cluster config|keys-map|status (cluster.py); the box's own (models build|quantize, doctor, backup, restore) are in box.py.
 
 `ingest` and `search` talk to the running server when one answers on the configured address, and otherwise open
 the data folder themselves (it is locked, so the two never write it at once); `ask` and `cache` need the server.
@@ -20,11 +20,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cli_box import add_box_commands, local_server
-from .cli_cluster import add_cluster_commands
-from .cli_eval import add_eval_commands, fusion_weight
-from .client import ApplianceClient, ServerError, ServerUnreachable
-from .config import ConfigError, Settings, load_settings
+from ..client import ApplianceClient, ServerError, ServerUnreachable
+from ..config import ConfigError, Settings, load_settings
+from .box import add_box_commands, local_server
+from .cluster import add_cluster_commands
+from .eval import add_eval_commands, fusion_weight
 
 BATCH = 128
 
@@ -39,9 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("bm25s").setLevel(logging.WARNING)  # it logs every index build at DEBUG
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request: a site's boxes pull every second
-    from .library import KindConflict
-    from .quotas import QuotaExceeded
-    from .wiring import DataDirBusy
+    from ..library import KindConflict, QuotaExceeded
+    from ..wiring import DataDirBusy
 
     try:
         args.run(settings, args)
@@ -154,8 +153,8 @@ def _serve(settings: Settings, args) -> None:
     import uvicorn
     from dataclasses import replace
 
-    from .serve import create_app, server_options
-    from .serve.keys import KeysFileError
+    from ..serve import create_app, server_options
+    from ..serve.keys import KeysFileError
 
     server = replace(settings.server, **{k: v for k, v in (("host", args.host), ("port", args.port)) if v})
     settings = replace(settings, server=server)
@@ -170,7 +169,7 @@ def _serve(settings: Settings, args) -> None:
 def _ingest(settings: Settings, args) -> None:
     from tqdm import tqdm
 
-    from .cli_ingest import Line, check_sync_args, ingest_local, ingest_remote, local_files, summary
+    from .ingest import Line, check_sync_args, ingest_local, ingest_remote, local_files, summary
 
     check_sync_args(args)
     files, corpora = local_files(args.paths, settings.parse.max_file_bytes)
@@ -202,7 +201,7 @@ def _ingest(settings: Settings, args) -> None:
 
 
 def _post_documents(server: ApplianceClient, args, docs: list, bar) -> list:
-    from .cli_ingest import Line
+    from .ingest import Line
 
     lines = []
     for start in range(0, len(docs), BATCH):
@@ -226,8 +225,8 @@ def _search(settings: Settings, args) -> None:
         with server:
             reply = server.post("/v1/search", body)
     else:
-        from .retrieve import PartitionFilter
-        from .serve.responses import hit_json
+        from ..retrieve import PartitionFilter
+        from ..serve.responses import hit_json
 
         async def local() -> dict:
             async with _opened(settings) as services:
@@ -322,8 +321,8 @@ def _partition(settings: Settings, args) -> None:
 def _keys_add(settings: Settings, args) -> None:
     import re
 
-    from .keys_file import service_group
-    from .serve.keys import KeysFileError, add_key
+    from ..box import service_group
+    from ..serve.keys import KeysFileError, add_key
 
     path = args.file or (Path(settings.admission.keys_file) if settings.admission.keys_file else None)
     if path is None:
@@ -354,13 +353,13 @@ def _cache_entries(settings: Settings, args) -> None:
 
 def _opened(settings: Settings):
     """The services without engines or warm-up: what a local ingest, search or reindex needs."""
-    from .wiring import open_services
+    from ..wiring import open_services
 
     return open_services(settings, warm_up=False, generation=False)
 
 
 def _read_corpora(paths: list[Path]):
-    from .evaluate import beir_documents, read_jsonl
+    from ..evaluate import beir_documents, read_jsonl
 
     for path in paths:
         yield from beir_documents(list(read_jsonl(path)))

@@ -14,9 +14,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .grounding import (NOT_CHECKED, SUPPORTED, UNSUPPORTED, Grounding, SentenceGrounding, check_answer,
+from ..grounding import (NOT_CHECKED, SUPPORTED, UNSUPPORTED, Grounding, SentenceGrounding, check_answer,
                         extractive_answer, supporting_quotes, validate_citations)
-from .retrieve import Hit
+from ..retrieve import Hit
 
 UNSUPPORTED_POLICIES = ("label", "quote", "refuse")
 ANSWER_MODES = ("generate", "extractive")

@@ -12,12 +12,12 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
 
-from .answer_checks import grounding_from_json, grounding_json
+from ..cache import ExactCache, SemanticCache, SingleFlight, answer_key
+from ..generate import PROMPT_VERSION
+from ..retrieve import PartitionFilter, Retriever
+from ..timings import Stage, Timings, ms_since
+from .checks import grounding_from_json, grounding_json
 from .answer import Answerer, AskRequest, Done, Event, Route, Source, Sources, Token, Usage
-from .cache import ExactCache, SemanticCache, SingleFlight, answer_key
-from .generate import PROMPT_VERSION
-from .retrieve import PartitionFilter, Retriever
-from .timings import Stage, Timings, ms_since
 
 CACHEABLE_FINISH = ("stop", "length")  # "deadline" answers are cut short by load, not by the question
 

@@ -16,13 +16,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__
-from .config import Settings
+from .. import __version__
+from ..config import Settings
+from ..index import CURRENT, version_files
+from ..store import copied_contents, copy_database
+from ..wiring import lock_data_dir
 from .backup_archive import KEYS, MANIFEST, UnsafeBackup, extract, read_member, write_archive
-from .index import CURRENT, version_files
 from .keys_file import KeysFileError, read_keys, service_group
-from .store import copied_contents, copy_database
-from .wiring import lock_data_dir
 
 FORMAT = 1
 _ATTEMPTS = 5

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .config import QuotaSettings
-from .store import NewDocument, Partition, Store, StoredDocument
+from ..config import QuotaSettings
+from ..store import NewDocument, Partition, Store, StoredDocument
 
 
 class QuotaExceeded(ValueError):

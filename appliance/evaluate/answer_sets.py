@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .answer import AskRequest, Done, Sources
-from .answer_scoring import Answered, AnswerRow, Gold, sample, score
-from .evaluate import beir_documents, load_qrels, read_jsonl
-from .grounding import cited_numbers, says_not_covered, strip_citations
-from .retrieve import PartitionFilter
-from .text import Turn, has_cjk
-from .timings import Stage
+from ..answers import AskRequest, Done, Sources
+from ..grounding import cited_numbers, says_not_covered, strip_citations
+from ..retrieve import PartitionFilter
+from ..text import Turn, has_cjk
+from ..timings import Stage
+from .scoring import Answered, AnswerRow, Gold, sample, score
+from .retrieval import beir_documents, load_qrels, read_jsonl
 
 log = logging.getLogger("appliance.evaluate")
 TENANT = "eval"
@@ -81,7 +81,7 @@ def set_kind(folder: Path) -> str:
 
 
 def load_set(folder: Path, limit: int | None = None, name: str | None = None) -> AnswerSet:
-    """`limit`: questions (a question set) or conversations, sampled evenly (`answer_scoring.sample`)."""
+    """`limit`: questions (a question set) or conversations, sampled evenly (`scoring.sample`)."""
     folder = Path(folder)
     kind = set_kind(folder)
     corpus, qrels = list(read_jsonl(folder / "corpus.jsonl")), load_qrels(folder)

@@ -5,8 +5,8 @@ import ssl
 import sys
 from pathlib import Path
 
-from .client import base_url, local_tls
-from .config import Settings
+from ..client import base_url, local_tls
+from ..config import Settings
 
 
 def local_server(settings: Settings) -> tuple[str, ssl.SSLContext | bool]:
@@ -59,7 +59,7 @@ def _add_model_commands(commands) -> None:
 
 
 def _doctor(settings: Settings, args) -> None:
-    from .doctor import FAIL, as_json, examine
+    from ..box.doctor import FAIL, as_json, examine
 
     findings = examine(settings)
     if args.json:
@@ -72,7 +72,7 @@ def _doctor(settings: Settings, args) -> None:
 
 
 def _backup(settings: Settings, args) -> None:
-    from .backup import BackupError, backup
+    from ..box.backup import BackupError, backup
 
     try:
         report = backup(settings, args.dest, caches=args.caches)
@@ -84,7 +84,7 @@ def _backup(settings: Settings, args) -> None:
 
 
 def _restore(settings: Settings, args) -> None:
-    from .backup import BackupError, restore
+    from ..box.backup import BackupError, restore
 
     try:
         report = restore(settings, args.source)
@@ -136,8 +136,8 @@ def _running(pid: int) -> bool:
 
 
 def _models_quantize(settings: Settings, args) -> None:
-    from .models.quantize import default_calibration_texts, quantize_awq
-    from .paths import checkpoint_folder
+    from ..models.quantize import default_calibration_texts, quantize_awq
+    from ..paths import checkpoint_folder
 
     source = checkpoint_folder(settings.models_dir, args.source)
     if args.calibration:
@@ -150,7 +150,7 @@ def _models_quantize(settings: Settings, args) -> None:
 
 
 def _models_build(settings: Settings, args) -> None:
-    from .models import build_models
+    from ..models import build_models
 
     build_models(settings.models_dir, args.names or None, args.wheels)
 

@@ -18,7 +18,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from .library import Library, PartitionInfo, check_reindex
+from .records import PartitionInfo
+from .service import Library, check_reindex
 
 log = logging.getLogger("appliance")
 KEEP_JOBS = 256  # the last re-index of this many partitions can be asked about (queued ones are always kept)

@@ -17,11 +17,10 @@ from typing import Iterator
 
 import numpy as np
 
-from .config import Settings
-from .file_ingest import FileInput
-from .ingest import DocumentInput
-from .retrieve import PartitionFilter, Retriever
-from .wiring import open_services
+from ..config import Settings
+from ..library import DocumentInput, FileInput
+from ..retrieve import PartitionFilter, Retriever
+from ..wiring import open_services
 
 EVAL_TENANT, EVAL_PARTITION = "eval", "corpus"
 RECALL_CHUNKS = 150  # chunks fetched for recall@100: documents have ~1.6 chunks each, ranked by their best

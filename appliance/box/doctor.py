@@ -19,11 +19,11 @@ from pathlib import Path
 
 import psutil
 
-from .config import Settings
-from .index import PartitionSnapshot, current_version
+from ..config import Settings
+from ..index import PartitionSnapshot, current_version
+from ..models.manifest import load_manifests
+from ..paths import ModelNotFound, checkpoint_folder, file_sha256, model_folder
 from .keys_file import KeysFileError, read_keys, service_group
-from .models.manifest import load_manifests
-from .paths import ModelNotFound, checkpoint_folder, file_sha256, model_folder
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 _MIN_FREE_BYTES = 5 << 30
@@ -45,7 +45,7 @@ def examine(settings: Settings) -> list[Finding]:
 
 def cpu_features(settings: Settings) -> list[Finding]:
     flags = set(_cpu_flags())
-    from .generate.platform import vllm_can_run_awq
+    from ..generate.platform import vllm_can_run_awq
 
     have = [f for f in ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_int8") if f in flags]
     native_bf16 = bool({"avx512_bf16", "amx_bf16"} & flags)

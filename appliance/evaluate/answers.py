@@ -1,6 +1,6 @@
 """`appliance eval answers`: a question set (SQuAD 2.0, CMRC 2018) or a conversation set (doc2dial) answered through
-the real engines, as the server answers it, against the gold answers (`evaluate_answer_sets` loads and asks,
-`answer_scoring` scores).
+the real engines, as the server answers it, against the gold answers (`answer_sets` loads and asks, `scoring`
+scores).
 
 The corpus goes into a fresh data folder; caches are off (every answer is computed); questions go `concurrency`
 at a time, so answers per minute are those of a box serving that many clients. Reports F1 and exact match (SQuAD's
@@ -18,11 +18,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .answer_scoring import summarise
-from .config import Settings
-from .evaluate_answer_sets import AnswerSet, Asker, ingest_set, load_set, product_asker, run_set
-from .evaluate_conversations import needs_engines
-from .wiring import open_services
+from ..config import Settings
+from ..wiring import open_services
+from .scoring import summarise
+from .answer_sets import AnswerSet, Asker, ingest_set, load_set, product_asker, run_set
+from .conversations import needs_engines
 
 CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .config import NAME_PATTERN
+from ..config import NAME_PATTERN
 
 ADMIN = "admin"  # the role of a key that may name any tenant and see the box (the console's admin views)
 _DIGEST = re.compile(r"[0-9a-f]{64}")

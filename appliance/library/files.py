@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .config import ChunkSettings
-from .library import IngestResult, Library
-from .parse import PARSER_VERSION, ParsedDocument, ParseError, ParseErrorCode, ParserPool, PoolStats
-from .store import FileDocument, NewDocument, Place, SourceFile
-from .paths import file_sha256
-from .store.blobs import sha256_of
-from .text import chunk_blocks, content_hash
+from ..config import ChunkSettings
+from ..parse import PARSER_VERSION, ParsedDocument, ParseError, ParseErrorCode, ParserPool, PoolStats
+from ..store import FileDocument, NewDocument, Place, SourceFile
+from ..paths import file_sha256
+from ..store.blobs import sha256_of
+from ..text import chunk_blocks, content_hash
+from .records import IngestResult
+from .service import Library
 
 log = logging.getLogger("appliance.files")
 
@@ -99,7 +100,7 @@ class FileIngester:
         outcomes = self._refused(files, sizes)
         digests = await asyncio.to_thread(lambda: [f.sha256() if i not in outcomes else "" for i, f in
                                                    enumerate(files)])  # up to 256 MiB: off the loop
-        known = await asyncio.to_thread(self._stored, tenant, partition, [f.key for f in files])
+        known = await asyncio.to_thread(self.library.stored_versions, tenant, partition, [f.key for f in files])
         for i, f in enumerate(files):
             stored = known.get(f.key)
             if i not in outcomes and stored is not None and stored[0] == _file_hash(f, digests[i]):
@@ -160,15 +161,6 @@ class FileIngester:
         info = next((p for p in self.library.partitions(tenant) if p.name == partition), None)
         return IngestResult(tenant, partition, info.version if info else 0, info.indexed_version if info else 0)
 
-    def _stored(self, tenant: str, partition: str, keys: list[str]) -> dict[str, tuple[str, FileDocument | None]]:
-        """The content hash (and file, if any) of those of `keys` the partition holds."""
-        store = self.library.store
-        record = store.get_partition(tenant, partition)
-        if record is None:
-            return {}
-        files = {d.key: d for d in store.file_documents(record.id, keys)}
-        return {k: (d.content_hash, files.get(k)) for k, d in store.stored_documents(record.id, keys).items()}
-
     def _prepare(self, f: FileInput, digest: str, size: int, parsed: ParsedDocument) -> NewDocument:
         chunks = chunk_blocks(parsed.blocks, self.chunking)
         title = parsed.title or PurePosixPath(f.name).stem
@@ -186,8 +178,7 @@ class FileIngester:
 
     def stored_files(self, tenant: str, partition: str) -> list[FileDocument]:
         """The partition's documents that came from files (a store read: call from a worker thread)."""
-        record = self.library.store.get_partition(tenant, partition)
-        return self.library.store.file_documents(record.id) if record is not None else []
+        return self.library.file_documents(tenant, partition)
 
     def original(self, tenant: str, key: str, partition: str | None = None) -> tuple[FileDocument, bytes] | None:
         """A document's original file and its bytes (a store and disk read: call from a worker thread)."""
@@ -197,30 +188,25 @@ class FileIngester:
     def original_file(self, tenant: str, key: str, partition: str | None = None) -> tuple[FileDocument, Path] | None:
         """A document of the tenant's that came from a file, and where its kept file is (a store read: call from
         a worker thread); None where the tenant has no such document."""
-        for record in self.library.store.document_keys(tenant, key):
-            if partition is not None and record.name != partition:
-                continue
-            for doc in self.library.store.file_documents(record.id, [key]):
-                return doc, self.library.blobs.path(doc.file.sha256)
-        return None
+        return self.library.find_file(tenant, key, partition)
 
     async def reparse(self, tenant: str | None = None, partition: str | None = None,
                       force: bool = False) -> list[FilesResult]:
         """Parse again the kept files of documents an older parser read (all of them with `force`)."""
         results = []
-        for record in await asyncio.to_thread(self.library.store.partitions, tenant):
-            if partition is not None and record.name != partition:
+        for owner, name in await asyncio.to_thread(self.library.stored_partitions, tenant):
+            if partition is not None and name != partition:
                 continue
-            docs = await asyncio.to_thread(self.library.store.file_documents, record.id)
+            docs = await asyncio.to_thread(self.library.file_documents, owner, name)
             stale = [d for d in docs if force or d.file.parser_version < PARSER_VERSION]
             if not stale:
                 continue
-            inputs = [FileInput(d.file.name, await asyncio.to_thread(self.library.blobs.read, d.file.sha256),
+            inputs = [FileInput(d.file.name, await asyncio.to_thread(self.library.read_file, d.file.sha256),
                                 id=d.key, metadata=d.metadata, source=d.source, time=d.time) for d in stale]
             if force:  # same bytes, same parser: the content hash would say "unchanged"
-                await asyncio.to_thread(self.library.store.forget_hashes, record.id, [d.key for d in stale])
-            results.append(await self.ingest(record.tenant, record.name, inputs))
-            log.info("partition %s/%s: %d files parsed again", record.tenant, record.name, len(stale))
+                await asyncio.to_thread(self.library.forget_hashes, owner, name, [d.key for d in stale])
+            results.append(await self.ingest(owner, name, inputs))
+            log.info("partition %s/%s: %d files parsed again", owner, name, len(stale))
         return results
 
 

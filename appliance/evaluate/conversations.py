@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from .config import Settings
-from .evaluate import beir_documents, load_qrels, mrr_at, ndcg_at, read_jsonl, recall_at
-from .retrieve import PartitionFilter
-from .text import Turn
-from .wiring import open_services
+from ..config import Settings
+from ..retrieve import PartitionFilter
+from ..text import Turn
+from ..wiring import open_services
+from .retrieval import beir_documents, load_qrels, mrr_at, ndcg_at, read_jsonl, recall_at
 
 TENANT, PARTITION = "eval", "conversations"
 MODES = ("raw", "history", "expand", "rewrite", "auto")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .generate.router import RouteDecision, Router
-from .models.router_training import DEFAULT_L2, DEFAULT_L2_FEATURES, train_router
+from ..generate.router import RouteDecision, Router
+from ..models.router_training import DEFAULT_L2, DEFAULT_L2_FEATURES, train_router
 
 
 def evaluate_router(router: Router, texts, labels, embeddings, bias: float = 0.0, max_words_small: int = 60,

@@ -1,8 +1,10 @@
 """Reading the settings once at boot: a TOML file plus APPLIANCE_* environment variables, then validation.
 
 Precedence: defaults < TOML file < environment. A section field `port` of `[server]` is set in the environment as
-APPLIANCE_SERVER_PORT; a top-level field `data_dir` as APPLIANCE_DATA_DIR. Every wrong value is reported at once,
-each with the name to fix, so a box that will not boot says why in one message.
+APPLIANCE_SERVER_PORT; a top-level field `data_dir` as APPLIANCE_DATA_DIR. Each value is checked against its
+setting's declaration (`rules.setting`: bounds, choices, form), then the checks relating settings to each other
+below. Every wrong value is reported at once, each with the name to fix, so a box that will not boot says why in
+one message.
 """
 from __future__ import annotations
 

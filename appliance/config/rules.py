@@ -53,6 +53,13 @@ class Rule:
     form: Form | None = None
     unbounded: bool = False
 
+    def __post_init__(self) -> None:
+        if ((self.above is not None and self.minimum is not None)
+                or (self.below is not None and self.maximum is not None)):
+            raise ValueError("a bound is inclusive (minimum, maximum) or exclusive (above, below), not both")
+        if self.unbounded and (self.bounded or self.choices is not None):
+            raise ValueError("unbounded=True is for a number that takes any value: no bounds or choices with it")
+
     @property
     def bounded(self) -> bool:
         return any(b is not None for b in (self.minimum, self.maximum, self.above, self.below))
@@ -74,18 +81,15 @@ class Rule:
 
     def bounds(self) -> str:
         """The accepted range in words: "greater than 0", "0 (off) or more", "from 0 to 1", ..."""
-        low = (f"greater than {self._number(self.above)}" if self.above is not None
-               else None if self.minimum is None else self._number(self.minimum))
-        high = (f"below {self._number(self.below)}" if self.below is not None
-                else None if self.maximum is None else self._number(self.maximum))
-        if high is None:
-            return low if self.above is not None else f"{low} or more"
-        if low is None:
-            return high if self.below is not None else f"at most {high}"
         if self.minimum is not None and self.maximum is not None:
-            return f"from {low} to {high}"
-        return f"{low if self.above is not None else f'at least {low}'} and " \
-               f"{high if self.below is not None else f'at most {high}'}"
+            return f"from {self._number(self.minimum)} to {self._number(self.maximum)}"
+        if self.minimum is not None and self.below is None:
+            return f"{self._number(self.minimum)} or more"
+        low = (f"greater than {self._number(self.above)}" if self.above is not None
+               else f"at least {self._number(self.minimum)}" if self.minimum is not None else "")
+        high = (f"below {self._number(self.below)}" if self.below is not None
+                else f"at most {self._number(self.maximum)}" if self.maximum is not None else "")
+        return " and ".join(part for part in (low, high) if part)
 
     def _number(self, bound: float) -> str:
         text = f"{bound:g}" if isinstance(bound, float) else str(bound)

@@ -1,12 +1,12 @@
 """The settings' sections and their defaults: one frozen dataclass per TOML table (in `serving.py`, `search.py`,
-`answers.py`, a site's in `cluster.py`), `Settings` holding them. Each setting is declared with `rules.setting`:
+`answering.py`, a site's in `cluster.py`), `Settings` holding them. Each setting is declared with `rules.setting`:
 its default, the values it accepts and why."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .answers import (DEFAULT_MODEL, ENGINE_ROLES, CacheSettings, ConversationSettings, EngineSettings,
+from .answering import (DEFAULT_MODEL, ENGINE_ROLES, CacheSettings, ConversationSettings, EngineSettings,
                       GenerateSettings, RouterSettings, large_engine, small_engine)
 from .cluster import ClusterSettings
 from .rules import setting

@@ -129,3 +129,101 @@ def test_encoder_graph_is_auto_or_one_that_exists():
     assert load_settings(env={"APPLIANCE_ENCODER_GRAPH": "fp32"}).encoder.graph == "fp32"
     with pytest.raises(ConfigError, match=r"encoder.graph: 'fp16' is not one of \['auto', 'fp32', 'int8'\]"):
         load_settings(env={"APPLIANCE_ENCODER_GRAPH": "fp16"})
+
+
+def _declared_settings():
+    """(name, field, type, default value) of every setting, a section's under `section.name`; the engine sections'
+    values are their own defaults (small and large differ)."""
+    from dataclasses import fields, is_dataclass
+    from typing import get_type_hints
+
+    from appliance.config import Settings
+
+    def walk(obj, prefix):
+        hints = get_type_hints(type(obj))
+        for f in fields(obj):
+            value = getattr(obj, f.name)
+            name = f"{prefix}{f.name}"
+            if is_dataclass(value):
+                yield from walk(value, name + ".")
+            elif name != "cluster.members":  # read from the boxes file, not a setting of its own
+                yield name, f, hints[f.name], value
+    return list(walk(Settings(), ""))
+
+
+def _env_name(name: str) -> str:
+    return "APPLIANCE_" + name.replace(".", "_").upper()
+
+
+def test_every_setting_is_declared_with_why_and_every_number_with_its_bounds():
+    from appliance.config.rules import rule_of
+    settings = _declared_settings()
+    assert len(settings) > 140
+    undeclared, no_why, unbounded = [], [], []
+    for name, f, kind, _ in settings:
+        rule = rule_of(f)
+        if rule is None:
+            undeclared.append(name)
+            continue
+        if not rule.why.strip():
+            no_why.append(name)
+        if kind in (int, float) and not (rule.bounded or rule.choices or rule.unbounded):
+            unbounded.append(name)
+    assert not undeclared, f"declare these with config.rules.setting: {undeclared}"
+    assert not no_why, f"say why these exist (why=...): {no_why}"
+    assert not unbounded, f"give these bounds, or unbounded=True where any number goes: {unbounded}"
+    # the numbers that take any value on purpose: a new one has to be added here knowingly
+    assert sorted(name for name, f, _, _ in settings if rule_of(f).unbounded) == [
+        "cluster.drain_grace_s", "generate.min_relevance", "generate.restart_delay_s", "router.bias"]
+
+
+def test_a_refused_number_is_reported_with_the_setting_its_bounds_and_the_value():
+    from appliance.config.rules import rule_of
+    checked = 0
+    for name, f, kind, _ in _declared_settings():
+        rule = rule_of(f)
+        if kind not in (int, float) or not rule.bounded:
+            continue
+        outside = [bound for bound in (rule.above, rule.below) if bound is not None]
+        outside += [rule.minimum - 1] if rule.minimum is not None else []
+        outside += [rule.maximum + 1] if rule.maximum is not None else []
+        for value in outside:
+            with pytest.raises(ConfigError) as err:
+                load_settings(env={_env_name(name): str(kind(value))})
+            assert f"  {name}: must be {rule.bounds()}, got {kind(value)}" in str(err.value).splitlines()
+            checked += 1
+    assert checked > 100
+    with pytest.raises(ConfigError) as err:
+        load_settings(env={"APPLIANCE_SERVER_PORT": "70000", "APPLIANCE_RETRIEVE_LATE_WEIGHT_ZH": "1.5"})
+    assert "server.port: must be greater than 0 and at most 65535, got 70000" in str(err.value)
+    assert "retrieve.late_weight_zh: must be from 0 (off) to 1 (MaxSim order alone), got 1.5" in str(err.value)
+
+
+def test_every_choice_setting_defaults_to_one_of_its_choices():
+    from appliance.config.rules import rule_of
+    with_choices = [(name, f, value) for name, f, _, value in _declared_settings() if rule_of(f).choices]
+    assert len(with_choices) >= 20
+    for name, f, value in with_choices:
+        assert f.default in rule_of(f).choices and value in rule_of(f).choices, name
+    with pytest.raises(ConfigError, match=r"conversation.rewrite_engine: 'medium' is not one of \['large', 'small'\]"):
+        load_settings(env={"APPLIANCE_CONVERSATION_REWRITE_ENGINE": "medium"})
+
+
+def test_sections_stay_slotted_and_frozen():
+    import dataclasses
+
+    from appliance.config import Settings
+    settings = Settings()
+    for section in [settings] + [getattr(settings, f.name) for f in dataclasses.fields(settings)
+                                 if dataclasses.is_dataclass(getattr(settings, f.name))]:
+        assert hasattr(type(section), "__slots__"), type(section).__name__
+        name = dataclasses.fields(section)[0].name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(section, name, getattr(section, name))
+
+
+def test_the_settings_reference_is_written_from_the_declarations():
+    from appliance.config.reference import reference
+    docs = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
+    assert docs.read_text(encoding="utf-8") == reference(), \
+        "docs/settings.md is out of date: python -m appliance.config.reference > docs/settings.md"

@@ -224,6 +224,6 @@ def test_sections_stay_slotted_and_frozen():
 
 def test_the_settings_reference_is_written_from_the_declarations():
     from appliance.config.reference import reference
-    docs = Path(__file__).resolve().parent.parent / "docs" / "settings.md"
+    docs = Path(__file__).resolve().parents[2] / "docs" / "settings.md"
     assert docs.read_text(encoding="utf-8") == reference(), \
         "docs/settings.md is out of date: python -m appliance.config.reference > docs/settings.md"

@@ -26,11 +26,12 @@ from .cache import CacheAdmin, EmbeddingCache, ExactCache, SemanticCache, Semant
 from .cluster import Replicator, Site, load_secret
 from .config import ParseSettings, Settings
 from .encode import CharVectors, EncoderSet, GraphChoice, MicroBatcher, load_encoder
-from .generate import EngineSet, Router, build_vllm_engines, warm_up_prompts
+from .generate import EngineSet, build_vllm_engines, warm_up_prompts
 from .library import DocumentInput, FileIngester, Library, QuotaExceeded, Reindexer
 from .parse import ParseLimits, ParserPool
 from .paths import model_folder
 from .retrieve import HybridSearcher, PartitionFilter, Retriever
+from .router import Router
 from .store import BlobStore, Store
 from .text import BM25Tokenizer, markdown_title
 from .timings import ms_since

@@ -15,10 +15,11 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from ..config import ConversationSettings, GenerateSettings, RouterSettings
-from ..generate import EngineDown, EngineSet, Passage, Router, TextEngine, build_prompt, fit_tokens, recent_history
+from ..generate import EngineDown, EngineSet, Passage, TextEngine, build_prompt, fit_tokens, recent_history
 from ..generate.repetition import repeated_tail
 from ..grounding import SUPPORTED, Grounding, cited_numbers
 from ..retrieve import Hit, PartitionFilter, Retriever, SearchResult
+from ..router import Router
 from ..text import Turn, has_cjk, normalise_question
 from ..timings import Stage, Timings, ms_since
 from .checks import NOT_COVERED, check_generated, extractive, not_checked, passage_texts, retrieval_only

@@ -118,7 +118,7 @@ def _eval_answers(settings: Settings, args) -> None:
 
 def _eval_router(settings: Settings, args) -> None:
     from ..evaluate.router import evaluate_router
-    from ..models.router_training import load_questions
+    from ..router import load_questions
     from ..text import normalise_question
     from ..wiring import load_router
 

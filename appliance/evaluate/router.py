@@ -1,12 +1,11 @@
-"""Router evaluation on labelled questions: the runtime decisions (`generate.router`) of routers trained by
-`models.router_training`, in-sample or cross-validated. Used by `appliance eval router`, the tests and the
+"""Router evaluation on labelled questions: the runtime decisions (`router.Router`) of routers trained by
+`router.train_router`, in-sample or cross-validated. Used by `appliance eval router`, the tests and the
 generation benchmark."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..generate.router import RouteDecision, Router
-from ..models.router_training import DEFAULT_L2, DEFAULT_L2_FEATURES, train_router
+from ..router import DEFAULT_L2, DEFAULT_L2_FEATURES, RouteDecision, Router, train_router
 
 
 def evaluate_router(router: Router, texts, labels, embeddings, bias: float = 0.0, max_words_small: int = 60,

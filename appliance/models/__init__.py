@@ -1,6 +1,6 @@
-"""Model manifests (models/*.toml) and the offline, idempotent build that turns them into model folders; router
-training; tiny test LLMs and AWQ quantization. torch, transformers and autoawq are imported only by the functions
-that need them."""
+"""Model manifests (models/*.toml) and the offline, idempotent build that turns them into model folders (the
+router's training itself is `appliance.router`'s); tiny test LLMs and AWQ quantization. torch, transformers and
+autoawq are imported only by the functions that need them."""
 from .build import BuildReport, build_folder, build_models
 from .manifest import Convert, Manifest, load_manifests
 from .quantize import default_calibration_texts, quantize_awq

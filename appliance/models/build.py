@@ -197,7 +197,7 @@ def _build_router(manifest: Manifest, models_dir: Path, out: Path, log) -> bool:
 
     def make(tmp: Path) -> None:
         from ..encode import load_encoder
-        from .router_training import build_router
+        from ..router import build_router
 
         log(f"model {manifest.name}: training on {train.questions}")
         encoder = load_encoder(train.embedder, model_folder(models_dir, train.embedder), threads=2)

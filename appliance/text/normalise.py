@@ -1,4 +1,4 @@
-"""Unicode normalisation and content hashing."""
+"""Unicode normalisation, the normal forms of a question (to embed; the cache key) and content hashing."""
 from __future__ import annotations
 
 import hashlib
@@ -31,6 +31,7 @@ def _punctuation_table() -> dict[int, str | None]:
 
 _PUNCT = _punctuation_table()
 _LOOSE_SEP = re.compile(r"[.,](?:(?!\d)|(?<!\d.))")  # a '.' or ',' that is not inside a number
+_SPACE_NEAR_CJK = re.compile(f"(?<=[{CJK_CHARS}]) | (?=[{CJK_CHARS}])")
 
 
 def fold(text: str) -> str:
@@ -41,6 +42,18 @@ def fold(text: str) -> str:
 def strip_punctuation(folded: str) -> str:
     """Punctuation out (kept inside numbers), whitespace collapsed."""
     return " ".join(_LOOSE_SEP.sub(" ", folded.translate(_PUNCT)).split())
+
+
+def normalise_question(text: str) -> str:
+    """NFKC, case-fold, punctuation out (kept inside numbers), whitespace collapsed: the text to embed and to
+    compute features from, so that "What is X?" and "what is x" are one question."""
+    return strip_punctuation(fold(text))
+
+
+def question_key(text: str) -> str:
+    """The cache's normal form: `normalise_question` without the spaces next to CJK characters (which has none),
+    so "RAG系统", "rag 系统" and "ＲＡＧ系统？" are one key; punctuation inside numbers stays ("3.5" is not "35")."""
+    return _SPACE_NEAR_CJK.sub("", normalise_question(text))
 
 
 def has_cjk(text: str, share: float = 0.2) -> bool:

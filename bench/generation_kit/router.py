@@ -1,7 +1,7 @@
 """Section 5: the small/large router on the labelled questions.
 
-The router is trained with the product's own `build_router` (appliance.models.router_training: MiniLM embeddings
-of the normalised questions), read back with `Router.load` (appliance.generate.router), and scored with
+The router is trained with the product's own `build_router` (appliance.router.training: MiniLM embeddings
+of the normalised questions), read back with `Router.load` (appliance.router.decision), and scored with
 `evaluate_router` on the same questions (in-sample) and with `cross_validate` (appliance.evaluate.router: every
 question decided by a router that never saw it: the honest figure).
 """
@@ -12,7 +12,7 @@ import time
 
 from .data import CACHE, QUESTIONS, REPO
 
-MODULES = ("appliance.generate.router", "appliance.models.router_training", "appliance.evaluate.router")
+MODULES = ("appliance.router.decision", "appliance.router.training", "appliance.evaluate.router")
 
 
 def available() -> str | None:
@@ -32,8 +32,7 @@ def run(log) -> dict:
     from appliance.config import RouterSettings
     from appliance.encode import load_encoder
     from appliance.evaluate.router import cross_validate, evaluate_router
-    from appliance.generate.router import Router
-    from appliance.models.router_training import build_router, load_questions
+    from appliance.router import Router, build_router, load_questions
     from appliance.text import normalise_question
 
     bias, max_words = RouterSettings().bias, RouterSettings().max_words_small

@@ -23,7 +23,8 @@ import pytest
 from openai import OpenAI
 
 from appliance.answers import Answerer
-from appliance.generate import EngineSet, Router
+from appliance.generate import EngineSet
+from appliance.router import Router
 from appliance.wiring import load_router, open_services
 from scripted import ScriptedEngine
 from support import ROOT, LiveServer, make_settings, write_keys

@@ -16,7 +16,9 @@ LAYERS = {
     "__init__": 0, "config": 0, "timings": 0, "paths": 0, "client": 0,
     # the stages
     "text": 1, "store": 1, "parse": 1,
-    "encode": 2, "index": 2,
+    # the router (features, weights file, decision, training) needs only `text`: the model build (`models`), the
+    # answer path and the evaluation import it from below
+    "encode": 2, "index": 2, "router": 2,
     "cache": 3,
     "retrieve": 4,
     "generate": 5, "models": 5, "grounding": 5,

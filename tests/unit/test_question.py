@@ -1,4 +1,4 @@
-"""Question features and rule cues (appliance.text.question): decisions on examples, and linear time on hostile
+"""Question features and rule cues (appliance.router.features): decisions on examples, and linear time on hostile
 input."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from appliance.text import normalise_question, question_features
-from appliance.text.question import FEATURES
+from appliance.router import FEATURES, question_features
+from appliance.text import normalise_question
 
 # Hostile inputs of about 20,000 characters, one per regex shape that backtracked super-linearly before (a verb
 # followed by the rest of its line, `^\s*` under re.M) or could: long runs after a keyword, nested calls.
@@ -65,7 +65,7 @@ def test_normalise_question_removes_case_punctuation_and_width():
 def test_hostile_input_finishes():
     """All of them together take ~0.1 s; with the old quadratic patterns four took ~8 s each. A generous bound on
     the whole subprocess, so that only a complexity regression fails it, not a slow or busy machine."""
-    code = ("import json, sys\nfrom appliance.text.question import question_features\n"
+    code = ("import json, sys\nfrom appliance.router import question_features\n"
             "for name, text in json.load(sys.stdin).items():\n"
             "    question_features(text)\n    print(name, flush=True)\n")
     try:

@@ -1,4 +1,4 @@
-"""The small/large model router: trained (models.router_training), deciding (generate.router) and evaluated
+"""The small/large model router: trained (router.training), deciding (router.decision) and evaluated
 (evaluate.router) on the labelled questions with the real MiniLM encoder. Its text features: test_question.py."""
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import pytest
 
 from appliance.encode import Encoded, load_encoder
 from appliance.evaluate.router import cross_validate, evaluate_router
-from appliance.generate.router import Router
-from appliance.models.router_training import build_router, encode_questions, load_questions, train_router
 from appliance.paths import model_folder
+from appliance.router import Router, build_router, encode_questions, load_questions, train_router
 from appliance.text import normalise_question
 from support import DATA
 

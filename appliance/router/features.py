@@ -1,9 +1,9 @@
-"""What the router computes from a question's text: its normal form, four hand features and two rule cues.
+"""What the router computes from a question's text: four hand features and two rule cues.
 
-Shared by the runtime router (`generate/router.py`) and its training at model-build time
-(`models/router_training.py`), so both see the same numbers. The text is normalised before anything is computed
-from it, because the training data has artifacts (NQ factoids are lower-case without '?') that must not become the
-decision rule.
+Shared by the runtime router (`decision.py`) and its training at model-build time (`training.py`), so both see the
+same numbers. The text is normalised before anything is computed from it (`text.normalise_question`, the text the
+router's embedding is computed from too), because the training data has artifacts (NQ factoids are lower-case
+without '?') that must not become the decision rule.
 
 Every pattern here runs in linear time on any input: a question is user input, and a quadratic regex on a long
 prompt is a denial of service. Rules of the form "a verb, later on the same line a noun" are therefore two simple
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .normalise import CJK_CHARS, fold, strip_punctuation
+from ..text import fold, strip_punctuation
 
 FEATURES = ("log_words", "comparison", "log_steps", "log_maths")
 
@@ -43,7 +43,6 @@ _CODE_NOUN = re.compile(r"\b(?:function|code|script|program|class|method|query|r
                         r"|typescript|java|rust|sql|bash)\b|c\+\+")
 _MATHS_SYNTAX = re.compile(r"\d\s*[+*×÷^=]\s*[\d(a-z]|[a-z)]\s*[+*^=]\s*\d|\d\s*%\s*of\s*\d")
 _MATHS_VERB = re.compile(r"\b(?:solve|calculate|compute)\b")
-_SPACE_NEAR_CJK = re.compile(f"(?<=[{CJK_CHARS}]) | (?=[{CJK_CHARS}])")
 
 
 @dataclass(slots=True, frozen=True)
@@ -54,18 +53,6 @@ class QuestionFeatures:
     maths_cue: bool  # an arithmetic expression, or "solve/calculate/compute" with a number after it
 
 
-def normalise_question(text: str) -> str:
-    """NFKC, case-fold, punctuation out (kept inside numbers), whitespace collapsed: the text to embed and to
-    compute features from, so that "What is X?" and "what is x" are one question."""
-    return strip_punctuation(fold(text))
-
-
-def question_key(text: str) -> str:
-    """The cache's normal form: `normalise_question` without the spaces next to CJK characters (which has none),
-    so "RAG系统", "rag 系统" and "ＲＡＧ系统？" are one key; punctuation inside numbers stays ("3.5" is not "35")."""
-    return _SPACE_NEAR_CJK.sub("", normalise_question(text))
-
-
 def question_features(text: str) -> QuestionFeatures:
     folded = fold(text)
     words, vector = _hand_features(folded)
@@ -73,12 +60,12 @@ def question_features(text: str) -> QuestionFeatures:
 
 
 def code_cue(folded: str) -> bool:
-    """`folded`: NFKC + case-folded text (`normalise.fold`)."""
+    """`folded`: NFKC + case-folded text (`text.fold`)."""
     return _CODE_SYNTAX.search(folded) is not None or _later_on_a_line(folded, _CODE_VERB, _CODE_NOUN)
 
 
 def maths_cue(folded: str) -> bool:
-    """`folded`: NFKC + case-folded text (`normalise.fold`)."""
+    """`folded`: NFKC + case-folded text (`text.fold`)."""
     return _MATHS_SYNTAX.search(folded) is not None or _later_on_a_line(folded, _MATHS_VERB, _NUMBER)
 
 

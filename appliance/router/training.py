@@ -1,6 +1,6 @@
 """Router training at model-build time: labelled questions -> `RouterWeights` (router.npz).
 
-The runtime router (`generate/router.py`) reads what this writes; both compute features with `text.question`.
+The runtime router (`decision.py`) reads what this writes; both compute features with `features.py`.
 """
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ..text.question import FEATURES, normalise_question, question_features
-from ..text.router_weights import RouterWeights
+from ..text import normalise_question
+from .features import FEATURES, question_features
+from .weights import RouterWeights
 
 # L2 penalties, chosen by 5-fold CV on the 682 labelled questions: strong on the embedding block (384+ weights for
 # 682 examples; l2 3 lost 4 points of simple_to_small), light on the four standardised hand features.

@@ -1,9 +1,8 @@
 """Model router: send a question to the small or the large LLM.
 
 A decision costs microseconds once the query embedding exists: code and maths rules, length and context rules,
-then an L2-regularised logistic regression over [query embedding, four hand features] (`text.question`), whose
-weights (`text.router_weights`) are trained at model-build time (`models.router_training`). This module only
-decides.
+then an L2-regularised logistic regression over [query embedding, four hand features] (`features.py`), whose
+weights (`weights.py`) are trained at model-build time (`training.py`). This module only decides.
 """
 from __future__ import annotations
 
@@ -14,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..text.question import question_features
-from ..text.router_weights import RouterWeights
+from .features import question_features
+from .weights import RouterWeights
 
 MAX_CONTEXT_SMALL = 6000  # tokens of retrieved context above which the small model is not trusted (not learned)
 

@@ -1,7 +1,7 @@
 """The router's model file: logistic weights over [question embedding, hand features].
 
-Written by the training at model-build time (`models/router_training.py`) and read by the runtime router
-(`generate/router.py`); it lives below both so that neither imports the other.
+Written by the training at model-build time (`training.py`) and read by the runtime router (`decision.py`). The
+format and the file's place (models/build/router-*/router.npz) are what a built installation holds.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .question import FEATURES
+from .features import FEATURES
 
 FORMAT = 1
 

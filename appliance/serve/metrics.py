@@ -20,7 +20,7 @@ from ..timings import Stage
 from .history import History
 
 if TYPE_CHECKING:
-    from ..generate.engines import EngineStatus
+    from ..generate import EngineStatus
 
 log = logging.getLogger("appliance.metrics")
 

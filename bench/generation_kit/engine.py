@@ -30,7 +30,7 @@ class EngineSpec:
 
 
 async def start_engine(spec: EngineSpec):
-    """(engine, facts): started in a worker thread, as the appliance does (generate/engine.py)."""
+    """(engine, facts): started in a worker thread, as the appliance does (generate/vllm_engine.py)."""
     from vllm import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 

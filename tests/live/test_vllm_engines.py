@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from appliance.generate import EngineSet
-from appliance.generate.vllm_engines import EngineConfigError, _socket_dir, build_vllm_engines
+from appliance.generate.vllm_setup import EngineConfigError, _socket_dir, build_vllm_engines
 
 from scripted import ScriptedEngine
 
@@ -35,7 +35,7 @@ def test_engine_processes_left_by_a_killed_run_are_ended_at_boot(tmp_path):
 
     import psutil
 
-    from appliance.generate.vllm_engines import PIDS_FILE, _reap_leftovers
+    from appliance.generate.vllm_setup import PIDS_FILE, _reap_leftovers
 
     code = ("import ctypes, sys, time; ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), 0, 0, 0); "
             "print('ok', flush=True); time.sleep(120)")
@@ -61,7 +61,7 @@ def test_a_socket_folder_in_tmp_that_is_not_ours_alone_is_refused(tmp_path):
 
     import pytest
 
-    from appliance.generate.vllm_engines import EngineConfigError
+    from appliance.generate.vllm_setup import EngineConfigError
 
     state = tmp_path / ("very-long-folder-name-" * 6) / "state"
     folder = _socket_dir(state)
@@ -100,8 +100,8 @@ def test_an_engine_sets_its_environment_on_the_event_loop_thread(tmp_path, monke
     from vllm.v1.engine.async_llm import AsyncLLM
 
     from appliance.config import EngineSettings
-    from appliance.generate.engine import VllmEngine
-    from appliance.generate.engines import EngineLimits
+    from appliance.generate.protocol import EngineLimits
+    from appliance.generate.vllm_engine import VllmEngine
 
     writes: list[tuple[str, threading.Thread]] = []
 

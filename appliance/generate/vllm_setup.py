@@ -1,8 +1,9 @@
 """The configured engines as vLLM engines in this process: checks at boot, process hygiene, environment.
 
-`build_vllm_engines` turns the engine settings (`[small]`, `[large]`) into an `EngineSet` of `VllmEngine`s. What
-is vLLM-specific about running several engines in one server lives here: refusing at boot what vLLM would fail
-on later, the environment its processes read, and ending engine processes a killed run left behind.
+`build_vllm_engines` turns the engine settings (`[small]`, `[large]`) into an `EngineSet` (`engine_set.py`) of
+`VllmEngine`s (`vllm_engine.py`). What is vLLM-specific about running several engines in one server lives here:
+refusing at boot what vLLM would fail on later, the environment its processes read, and ending engine processes a
+killed run left behind.
 """
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ import psutil
 
 from ..config import EngineSettings, GenerateSettings
 from ..paths import ModelNotFound, checkpoint_folder
-from .engine import VllmEngine
-from .engines import EngineLimits, EngineSet
+from .engine_set import EngineSet
 from .platform import detect_device, vllm_can_run_awq
+from .protocol import EngineLimits
 from .salt import CacheSalts
+from .vllm_engine import VllmEngine
 
 log = logging.getLogger("appliance.generate")
 PIDS_FILE = "engine-pids.json"

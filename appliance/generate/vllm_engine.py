@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 
 from ..config import EngineSettings
-from .engines import Delta, EngineDown, EngineLimits, EngineStatus, SampleListener
+from .protocol import Delta, EngineDown, EngineLimits, EngineStatus, SampleListener
 from .platform import resolve_dtype
 from .stats import EngineStats, stat_logger_factory
 
@@ -29,7 +29,7 @@ SPAWN_POLL_S = 0.05
 
 
 class VllmEngine:
-    """A `TextEngine` (engines.py) on vLLM's AsyncLLM."""
+    """A `TextEngine` (protocol.py) on vLLM's AsyncLLM."""
 
     def __init__(self, role: str, spec: EngineSettings, limits: EngineLimits, model: Path, device: str,
                  spawn_lock: asyncio.Lock | None = None):

@@ -1,9 +1,6 @@
-"""The engine seam: what the answer path needs from an engine, and the set of engines it picks from.
-
-`TextEngine` is the protocol a generating engine implements (the vLLM one in `engine.py`; a scripted one in the
-tests injects faults). `EngineSet` maps roles ("small", "large", ... as configured) to engines, picks one per
-request by role and load, and brings dead engines back one at a time while the others take their traffic.
-Nothing here knows vLLM.
+"""The set of engines the answer path picks from: `EngineSet` maps roles ("small", "large", ... as configured) to
+`TextEngine`s (`protocol.py`), picks one per request by role and load, and brings dead engines back one at a time
+while the others take their traffic. Nothing here knows vLLM.
 """
 from __future__ import annotations
 
@@ -11,94 +8,16 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from .protocol import EngineStatus, TextEngine
 from .salt import CacheSalts
 
 log = logging.getLogger("appliance.generate")
 MAX_BACKOFF_S = 60.0
 SUPERVISE_EVERY_S = 0.5
-
-
-class EngineDown(RuntimeError):
-    """The engine is not serving (starting, restarting, or it died under this request)."""
-
-
-@dataclass(slots=True)
-class Delta:
-    text: str
-    completion_tokens: int  # generated so far
-    prompt_tokens: int
-    cached_tokens: int  # prompt tokens served from the prefix cache
-    finish_reason: str | None
-
-
-@dataclass(slots=True, frozen=True)
-class EngineLimits:
-    max_model_len: int  # prompt + answer tokens
-    max_tokens: int  # cap for any one answer
-    context_tokens: int  # token budget for retrieved passages in a prompt
-    max_queue: int  # requests it holds (running + waiting); past that it takes no more
-
-
-@dataclass(slots=True, frozen=True)
-class EngineStatus:
-    role: str
-    state: str  # stopped, starting, up, down
-    model: str
-    device: str
-    dtype: str
-    max_model_len: int
-    in_flight: int
-    restarts: int
-    estimated_wait_s: float
-    start_s: float | None
-    running: int = 0
-    waiting: int = 0
-    kv_cache_usage: float = 0.0
-    prefix_cache_queries: int = 0
-    prefix_cache_hits: int = 0
-    prefix_cache_hit_rate: float = 0.0
-    requests_finished: int = 0
-    prompt_tokens: int = 0
-    generation_tokens: int = 0
-    ttft_p50_ms: float | None = None
-    ttft_p99_ms: float | None = None
-    queue_p99_ms: float | None = None
-
-
-SampleListener = Callable[[str, float], None]  # ("ttft" | "queue", seconds)
-
-
-class TextEngine(Protocol):
-    role: str
-    limits: EngineLimits
-
-    @property
-    def state(self) -> str: ...
-    @property
-    def up(self) -> bool: ...
-    @property
-    def in_flight(self) -> int: ...
-    @property
-    def estimated_wait_s(self) -> float: ...
-    @property
-    def tokenizer(self) -> Any: ...  # a Hugging Face tokenizer with a chat template
-
-    async def start(self) -> None: ...
-    async def stop(self) -> None: ...
-    def mark_down(self) -> None: ...
-
-    def stream(self, prompt: str, max_tokens: int, temperature: float = 0.0, request_id: str | None = None,
-               learn: bool = True, cache_salt: str | None = None) -> AsyncIterator[Delta]:
-        """Token deltas; closing the iterator early aborts the request. Raises EngineDown if the engine dies.
-        `cache_salt`: prompts share prefix-cache blocks only with prompts of the same salt."""
-        ...
-
-    def status(self) -> EngineStatus: ...
-    def on_sample(self, listener: SampleListener) -> None: ...
 
 
 @dataclass(slots=True, frozen=True)

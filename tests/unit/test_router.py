@@ -1,5 +1,5 @@
 """The small/large model router: trained (router.training), deciding (router.decision) and evaluated
-(evaluate.router) on the labelled questions with the real MiniLM encoder. Its text features: test_question.py."""
+(evaluate.router) on the labelled questions with the real MiniLM encoder. Its question features: test_question.py."""
 from __future__ import annotations
 
 import numpy as np

@@ -63,17 +63,22 @@ def test_normalise_question_removes_case_punctuation_and_width():
 
 
 def test_hostile_input_finishes():
-    """All of them together take ~0.1 s; with the old quadratic patterns four took ~8 s each. A generous bound on
-    the whole subprocess, so that only a complexity regression fails it, not a slow or busy machine."""
-    code = ("import json, sys\nfrom appliance.router import question_features\n"
+    """All of them together take ~0.1 s; with the old quadratic patterns four took ~8 s each. The bound is on the
+    features alone, timed in the subprocess after its imports (which took over 5 s on a box under load), and
+    generous, so that only a complexity regression fails it, not a slow or busy machine."""
+    code = ("import json, sys, time\nfrom appliance.router import question_features\n"
+            "started = time.perf_counter()\n"
             "for name, text in json.load(sys.stdin).items():\n"
-            "    question_features(text)\n    print(name, flush=True)\n")
+            "    question_features(text)\n    print(name, flush=True)\n"
+            "print(time.perf_counter() - started)\n")
     try:
         done = subprocess.run([sys.executable, "-c", code], input=json.dumps(ADVERSARIAL), capture_output=True,
-                              text=True, timeout=5)
+                              text=True, timeout=120)
     except subprocess.TimeoutExpired as exc:
         finished = (exc.stdout or b"").decode().splitlines()
         stuck = next(name for name in ADVERSARIAL if name not in finished)
-        pytest.fail(f"question_features did not finish on {stuck!r} within 5 s")
+        pytest.fail(f"question_features did not finish on {stuck!r}")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == list(ADVERSARIAL)
+    *names, seconds = done.stdout.splitlines()
+    assert names == list(ADVERSARIAL)
+    assert float(seconds) < 4.0, f"question_features took {seconds} s on the hostile inputs"

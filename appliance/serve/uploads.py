@@ -14,9 +14,9 @@ from typing import Any, BinaryIO
 from starlette.requests import Request
 
 from ..config import ParseSettings
-from .body_schemas import ID_PATTERN
 from .errors import ApiError
 from .multipart import MultipartError, MultipartReader, PartData, PartEnd, PartStart, boundary_of
+from .requests import ID_PATTERN
 from .spool import SpooledUpload
 from .validation import Spec, parse_json, validate
 

@@ -11,17 +11,16 @@ from starlette.routing import Route
 from ...library import KindConflict, LanguageConflict, QuotaExceeded
 from ..edge import copies_json, edge, name_param, read_body, require_ready, tenant_param
 from ..errors import ApiError
-from ..requests import IngestBody
+from ..requests import DOCUMENT_ID, IngestBody
 from ..responses import document_json, ingest_json
-from ..body_schemas import DOCUMENT_ID
 from ..validation import validate
 
 
 async def post_documents(request: Request) -> JSONResponse:
     library = require_ready(request).library
-    body = IngestBody.parse(await read_body(request, edge(request).bodies.ingest))
+    body = await read_body(request, IngestBody)
     try:
-        result = await library.ingest(body.tenant, body.partition, body.documents, body.kind, body.wait,
+        result = await library.ingest(body.tenant, body.partition, body.inputs(), body.kind, body.wait,
                                       edge(request).settings.server.ingest_wait_timeout_s, language=body.language)
     except KindConflict as exc:
         raise ApiError.conflict("kind_conflict", str(exc), "kind") from None

@@ -15,8 +15,8 @@ from ...library import FileInput, KindConflict, LanguageConflict, QuotaExceeded
 from ...parse import MEDIA_TYPES, Format, ParseErrorCode
 from ..edge import NAME, copies_json, edge, name_param, require_ready, tenant_of, tenant_param
 from ..errors import ApiError
+from ..requests import DOCUMENT_ID, LANGUAGE_CHOICES
 from ..responses import files_json
-from ..body_schemas import DOCUMENT_ID, LANGUAGE_CHOICES
 from ..spool import SpooledUpload
 from ..uploads import read_upload
 from ..validation import validate

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from starlette.requests import Request
 
 from ..config import Settings
-from .admission import Gate
-from .bodies import BodyParser, BodySpecs, typed
-from .errors import ApiError
-from .metrics import Metrics
-from .spool import UploadSpool
-from .telemetry import Telemetry
-from .validation import NAME_PATTERN, Spec, validate
+from .admission.gate import Gate
+from .api.bodies import BodyParser, BodySpecs, typed
+from .api.validation import NAME_PATTERN, Spec, validate
+from .http.errors import ApiError
+from .observe.metrics import Metrics
+from .observe.telemetry import Telemetry
+from .uploads.spool import UploadSpool
 
 if TYPE_CHECKING:
     from ..wiring import Services

@@ -8,11 +8,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..api.requests import AskBody, ChatBody
 from ..edge import edge, read_body, require_ready, tenant_of
-from ..requests import AskBody, ChatBody
-from ..responses import (ChatMeta, answer_json, auto_model_json, chat_completion_json, engine_json,
+from ..http.responses import (ChatMeta, answer_json, auto_model_json, chat_completion_json, engine_json,
                          model_json)
-from ..streams import SSE_HEADERS, collect, native_sse, openai_sse, primed, traced
+from ..http.streams import SSE_HEADERS, collect, native_sse, openai_sse, primed, traced
 
 
 async def ask(request: Request) -> Response:

@@ -11,11 +11,11 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ...cluster import STORE_ID, Replicator
+from ..api.declare import build, spec_of
+from ..api.requests import SyncBody
+from ..api.validation import parse_json, validate
 from ..edge import require_ready
-from ..declare import build, spec_of
-from ..errors import ApiError
-from ..requests import SyncBody
-from ..validation import parse_json, validate
+from ..http.errors import ApiError
 
 MAX_SYNC_BODY = 1024
 SYNC_SPEC = spec_of(SyncBody)

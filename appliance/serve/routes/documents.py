@@ -9,11 +9,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ...library import KindConflict, LanguageConflict, QuotaExceeded
+from ..api.requests import DOCUMENT_ID, IngestBody
+from ..api.validation import validate
 from ..edge import copies_json, edge, name_param, read_body, require_ready, tenant_param
-from ..errors import ApiError
-from ..requests import DOCUMENT_ID, IngestBody
-from ..responses import document_json, ingest_json
-from ..validation import validate
+from ..http.errors import ApiError
+from ..http.responses import document_json, ingest_json
 
 
 async def post_documents(request: Request) -> JSONResponse:

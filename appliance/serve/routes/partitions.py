@@ -10,11 +10,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ...library import ReindexerClosed, ReindexPending, ReindexQueueFull
+from ..api.requests import PartitionSettingsBody, ReindexBody
+from ..api.validation import validate
 from ..edge import NAME, edge, read_body, require_ready, tenant_param
-from ..errors import ApiError
-from ..requests import PartitionSettingsBody, ReindexBody
-from ..responses import partition_json, reindex_json
-from ..validation import validate
+from ..http.errors import ApiError
+from ..http.responses import partition_json, reindex_json
 
 if TYPE_CHECKING:
     from ...wiring import Services

@@ -5,9 +5,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from ..api.requests import SearchBody
 from ..edge import read_body, require_ready
-from ..requests import SearchBody
-from ..responses import hit_json
+from ..http.responses import hit_json
 
 
 async def search(request: Request) -> JSONResponse:

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ..config import ServerSettings, Settings
+from ...config import ServerSettings, Settings
 from .declare import build, shape_of, spec_of
 from .requests import REQUEST_BODIES
 from .validation import Spec, parse_json, validate

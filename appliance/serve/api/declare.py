@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, TypeVar
 
-from ..config import ServerSettings, Settings
+from ...config import ServerSettings, Settings
 from .validation import Spec
 
 T = TypeVar("T")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import Settings
+from ...config import Settings
 from .declare import spec_of
 from .requests import (DOCUMENT_ID, ID_PATTERN, LANGUAGE_CHOICES, LANGUAGE_HELP, AskBody, ChatBody, IngestBody,
                        PartitionSettingsBody, ReindexBody, SearchBody, SyncBody)

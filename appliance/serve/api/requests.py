@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..answers import AskRequest
-from ..cluster import STORE_ID
-from ..config import MAX_FUSION_WEIGHT, ServerSettings, Settings
-from ..library import DocumentInput
-from ..retrieve import PartitionFilter
-from ..text import Turn
+from ...answers import AskRequest
+from ...cluster import STORE_ID
+from ...config import MAX_FUSION_WEIGHT, ServerSettings, Settings
+from ...library import DocumentInput
+from ...retrieve import PartitionFilter
+from ...text import Turn
+from ..http.errors import ApiError
 from .declare import shape, wire
-from .errors import ApiError
 from .validation import NAME_PATTERN, Spec
 
 # A document id is the client's own string, but without control characters: a line break in it could not be

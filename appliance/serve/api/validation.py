@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..config import NAME_PATTERN
-from .errors import ApiError
+from ...config import NAME_PATTERN
+from ..http.errors import ApiError
 
 
 @dataclass(slots=True, frozen=True)

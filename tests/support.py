@@ -109,7 +109,7 @@ class LiveServer:
 def write_keys(folder: Path, tenants: list[str], admin: bool = False) -> tuple[Path, dict[str, str]]:
     """An API keys file with one new key per tenant (and an admin key, as "admin", if asked); returns the file and
     tenant -> key."""
-    from appliance.serve.keys import add_key
+    from appliance.serve.admission.keys import add_key
 
     path = folder / "keys.toml"
     keys = {tenant: add_key(path, tenant, f"test {tenant}") for tenant in tenants}

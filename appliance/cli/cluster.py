@@ -53,7 +53,7 @@ def _config(settings: Settings, args) -> None:
 
 def _keys_map(settings: Settings, args) -> None:
     from ..cluster.haproxy import keys_map
-    from ..serve.keys import ApiKeys
+    from ..serve.admission.keys import ApiKeys
 
     path = args.keys or (Path(settings.admission.keys_file) if settings.admission.keys_file else None)
     if path is None:

@@ -154,7 +154,7 @@ def _serve(settings: Settings, args) -> None:
     from dataclasses import replace
 
     from ..serve import create_app, server_options
-    from ..serve.keys import KeysFileError
+    from ..serve.admission.keys import KeysFileError
 
     server = replace(settings.server, **{k: v for k, v in (("host", args.host), ("port", args.port)) if v})
     settings = replace(settings, server=server)
@@ -226,7 +226,7 @@ def _search(settings: Settings, args) -> None:
             reply = server.post("/v1/search", body)
     else:
         from ..retrieve import PartitionFilter
-        from ..serve.responses import hit_json
+        from ..serve.http.responses import hit_json
 
         async def local() -> dict:
             async with _opened(settings) as services:
@@ -322,7 +322,7 @@ def _keys_add(settings: Settings, args) -> None:
     import re
 
     from ..box import service_group
-    from ..serve.keys import KeysFileError, add_key
+    from ..serve.admission.keys import KeysFileError, add_key
 
     path = args.file or (Path(settings.admission.keys_file) if settings.admission.keys_file else None)
     if path is None:

@@ -174,7 +174,7 @@ def _refusal(exc: ServerError) -> str:
 
 async def ingest_local(services, args, files: list[LocalFile], bar, max_file_bytes: int) -> list[Line]:
     from ..library import FileInput
-    from ..serve.responses import files_json
+    from ..serve.http.responses import files_json
 
     docs = await asyncio.to_thread(_all_documents, services.library, args.tenant, args.partition)
     stored = {d.key: d.file.sha256 if d.file else None for d in docs}

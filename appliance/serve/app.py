@@ -22,19 +22,19 @@ from starlette.middleware import Middleware
 from .. import wiring
 from ..config import Settings
 from ..parse import PoolStats
-from .admission import Admission, Gate, TokenBuckets
-from .bodies import BodyParser, BodySpecs
+from .admission.gate import Admission, Gate, TokenBuckets
+from .admission.keys import ApiKeys, reload_on_hangup
+from .admission.watch import BodyPace
+from .api.bodies import BodyParser, BodySpecs
+from .api.openapi import openapi
 from .edge import BootState, Edge, Phase
-from .errors import EXCEPTION_HANDLERS
-from .keys import ApiKeys, reload_on_hangup
-from .metrics import Metrics
-from .origin import HostPolicy, OriginCheck
+from .http.errors import EXCEPTION_HANDLERS
+from .http.origin import HostPolicy, OriginCheck
+from .observe.metrics import Metrics
+from .observe.telemetry import Telemetry
 from .routes import BODY_TYPES, ROUTES
-from .schemas import openapi
 from .site import BoxHeader, drain_on_sigterm
-from .spool import UploadSpool
-from .telemetry import Telemetry
-from .watch import BodyPace
+from .uploads.spool import UploadSpool
 
 log = logging.getLogger("appliance.serve")
 

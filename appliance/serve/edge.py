@@ -8,22 +8,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.requests import Request
 
 from ..config import Settings
-from .admission import Gate
-from .bodies import Body, BodyParser, BodySpecs
-from .errors import ApiError
-from .metrics import Metrics
-from .spool import UploadSpool
-from .telemetry import Telemetry
-from .validation import NAME_PATTERN, Spec, validate
+from .admission.gate import Gate
+from .api.bodies import BodyParser, BodySpecs, typed
+from .api.validation import NAME_PATTERN, Spec, validate
+from .http.errors import ApiError
+from .observe.metrics import Metrics
+from .observe.telemetry import Telemetry
+from .uploads.spool import UploadSpool
 
 if TYPE_CHECKING:
     from ..wiring import Services
 
+B = TypeVar("B")
 NAME = Spec("string", pattern=NAME_PATTERN, required=True)  # a tenant or partition named outside a body
 
 
@@ -122,14 +123,15 @@ def name_param(request: Request, name: str) -> str | None:
     return None if value is None else validate(value, NAME, name)
 
 
-async def read_body(request: Request, body: Body) -> dict:
-    """The JSON body validated against its spec (off the event loop), its tenant filled in from the API key when it
-    names none."""
-    raw = await _read_raw(request, body.max_bytes)
-    value = await edge(request).parser.parse(raw, body.spec, request.state.tenant)
+async def read_body(request: Request, body: type[B]) -> B:
+    """The JSON body as its typed object (requests.py): validated against its spec off the event loop, its tenant
+    filled in from the API key when it names none, then checked for what the spec cannot say."""
+    spec = edge(request).bodies[body]
+    raw = await _read_raw(request, spec.max_bytes)
+    value = await edge(request).parser.parse(raw, spec.spec, request.state.tenant)
     if value.get("tenant") is not None:
         value["tenant"] = tenant_of(request, value["tenant"])
-    return value
+    return typed(body, value, edge(request).settings.server)
 
 
 async def _read_raw(request: Request, limit: int) -> bytes:

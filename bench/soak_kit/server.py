@@ -19,7 +19,7 @@ from .stats import Recorder
 
 class KeyedServer:
     def __init__(self, folder: Path, tenants: list[str]):
-        from appliance.serve.keys import add_key
+        from appliance.serve.admission.keys import add_key
 
         self.folder, self.port = folder, free_port()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -7,8 +7,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from appliance.serve.admission import TokenBuckets
-from appliance.serve.keys import ApiKeys, KeysFileError, hash_key
+from appliance.serve.admission.gate import TokenBuckets
+from appliance.serve.admission.keys import ApiKeys, KeysFileError, hash_key
 from support import LiveServer, make_settings, write_keys
 
 DOCS = {"alpha": [{"id": "a1", "text": "Alpha's quarterly revenue grew because of the new turbine line."}],

@@ -14,9 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from appliance.serve.history import History
-from appliance.serve.keys import ApiKeys, KeysFileError, add_key, hash_key
-from appliance.serve.metrics import BUCKETS, Metrics, RequestRecord
+from appliance.serve.observe.history import History
+from appliance.serve.admission.keys import ApiKeys, KeysFileError, add_key, hash_key
+from appliance.serve.observe.metrics import BUCKETS, Metrics, RequestRecord
 from support import ROOT, LiveServer, make_settings, write_keys
 
 

@@ -280,7 +280,7 @@ def test_sources_of_a_follow_up_replay_carry_its_standalone_question(settings, t
 
 
 def test_sources_are_the_passages_the_answer_cites(settings, tokenizer):
-    from appliance.serve.responses import Answer, answer_json
+    from appliance.serve.http.responses import Answer, answer_json
 
     citing = ScriptedEngine("small", tokenizer, Script(tokens=["Malaria is treatable", " [2]", "."]))
     silent = ScriptedEngine("small", tokenizer, Script(tokens=["Nobody knows for sure."]))  # supported by none

@@ -67,7 +67,7 @@ def test_doctor_and_the_server_agree_on_the_keys_file_mode(tmp_path, models_dir)
     the service could not read it and would not boot."""
     from appliance.box import doctor
     from appliance.serve import create_app
-    from appliance.serve.keys import KeysFileError
+    from appliance.serve.admission.keys import KeysFileError
 
     keys_file, _ = write_keys(tmp_path, ["acme"])
     settings = make_settings(tmp_path / "box", models_dir, admission_keys_file=str(keys_file))

@@ -16,7 +16,7 @@ import pytest
 from appliance.answers import Answerer
 from appliance.generate import EngineSet
 from appliance.library import DocumentInput
-from appliance.serve.slots import TenantSlots
+from appliance.serve.admission.slots import TenantSlots
 from appliance.wiring import open_services
 from scripted import Script, ScriptedEngine
 from support import LiveServer, make_settings, write_keys

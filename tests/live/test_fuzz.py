@@ -21,8 +21,8 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 
 from appliance.evaluate import beir_documents
-from appliance.serve.keys import hash_key
-from appliance.serve.schemas import openapi
+from appliance.serve.admission.keys import hash_key
+from appliance.serve.api.openapi import openapi
 from support import ROOT, SCIFACT, LiveServer, beir_slice, make_settings
 
 MAX_BODY = 65536

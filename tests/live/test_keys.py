@@ -18,7 +18,7 @@ import pytest
 import uvicorn
 
 from appliance.serve import create_app
-from appliance.serve.keys import ApiKeys, KeysFileError, add_key, hash_key
+from appliance.serve.admission.keys import ApiKeys, KeysFileError, add_key, hash_key
 from support import LiveServer, free_port, make_settings, write_keys
 
 HOSTILE_NAMES = ["bot 🤖", 'say "hi"', "C:\\keys\\new", "two\nlines\r\n", "tab\tbell\x07nul\x00del\x7f",

@@ -153,7 +153,7 @@ def test_ask_without_engines_answers_retrieval_only(served):
 def test_every_route_is_documented_and_named(settings):
     """The OpenAPI document lists exactly the routes served; each has a name (its endpoint label in metrics)."""
     from appliance.serve.routes import ROUTES
-    from appliance.serve.schemas import operations
+    from appliance.serve.api.openapi import operations
 
     served = {(method.lower(), route.path.replace(":path}", "}")) for route in ROUTES for method in route.methods
               if method != "HEAD"}

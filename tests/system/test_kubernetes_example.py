@@ -17,7 +17,7 @@ kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is n
 
 import yaml  # noqa: E402  (PyYAML comes with kubernetes-validate)
 from appliance.config import ENV_PREFIX, Settings, load_settings  # noqa: E402
-from appliance.serve.origin import HostPolicy, host_name  # noqa: E402
+from appliance.serve.http.origin import HostPolicy, host_name  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "packaging" / "cluster" / "kubernetes"
 KUBERNETES = "1.37.0"  # pinned: the newest schemas kubernetes-validate 1.37 ships (validate() says which it used)

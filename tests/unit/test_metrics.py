@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from appliance.config import TelemetrySettings
 from appliance.generate import EngineStatus
-from appliance.serve.metrics import STAGES, Metrics, RequestRecord
-from appliance.serve.telemetry import Telemetry, layout
+from appliance.serve.observe.metrics import STAGES, Metrics, RequestRecord
+from appliance.serve.observe.telemetry import Telemetry, layout
 
 TIMINGS = {"exact_cache": 0.6, "encode": 4.0, "bm25": 3.0, "ann": 7.0, "fuse": 0.8, "route": 0.2,
            "prompt": 1.5, "ttft": 120.0, "generation": 800.0, "total": 940.0, "custom_step": 2.0}

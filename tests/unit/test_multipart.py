@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from appliance.serve.multipart import (MultipartError, MultipartReader, PartData, PartEnd, PartStart, boundary_of,
+from appliance.serve.uploads.multipart import (MultipartError, MultipartReader, PartData, PartEnd, PartStart, boundary_of,
                                        parse_header_params)
 
 

@@ -8,9 +8,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from ..api.validation import Spec, int_param
 from ..edge import BootState, Phase, edge, require_ready, tenant_param
-from ..errors import ApiError
-from ..validation import Spec, int_param
+from ..http.errors import ApiError
 
 LIMIT = Spec("integer", default=100, min=1, max=1000)  # as the OpenAPI document's `limit`
 ENTRY_ID = Spec("integer", required=True, min=0)

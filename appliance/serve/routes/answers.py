@@ -8,16 +8,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..api.requests import AskBody, ChatBody
 from ..edge import edge, read_body, require_ready, tenant_of
-from ..requests import AskBody, ChatBody
-from ..responses import (ChatMeta, answer_json, auto_model_json, chat_completion_json, engine_json,
+from ..http.responses import (ChatMeta, answer_json, auto_model_json, chat_completion_json, engine_json,
                          model_json)
-from ..streams import SSE_HEADERS, collect, native_sse, openai_sse, primed, traced
+from ..http.streams import SSE_HEADERS, collect, native_sse, openai_sse, primed, traced
 
 
 async def ask(request: Request) -> Response:
     answers = require_ready(request).answers
-    body = AskBody.parse(await read_body(request, edge(request).bodies.ask), edge(request).settings.server)
+    body = await read_body(request, AskBody)
     req = body.ask(request.state.request_id)
     events = await primed(traced(answers.ask(req), request.state.record))
     if body.stream:
@@ -31,9 +31,9 @@ async def chat_completions(request: Request) -> Response:
     # and before the body is read, as a tenant named in the body would be)
     header = request.headers.get("x-tenant")
     header_tenant = tenant_of(request, header, "X-Tenant") if header is not None else None
-    body = ChatBody.parse(await read_body(request, edge(request).bodies.chat), edge(request).settings.server)
+    body = await read_body(request, ChatBody)
     tenant = body.tenant or header_tenant or tenant_of(request, "default")
-    req = body.ask(tenant, request.state.request_id)
+    req = body.ask(tenant, request.state.request_id, edge(request).settings.server)
     events = await primed(traced(answers.ask(req), request.state.record))
     chat = ChatMeta(f"chatcmpl-{req.request_id}", int(time.time()), body.model)
     if body.stream:

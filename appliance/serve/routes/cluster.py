@@ -11,12 +11,14 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
 from ...cluster import STORE_ID, Replicator
-from ..body_schemas import SYNC_BODY
+from ..api.declare import build, spec_of
+from ..api.requests import SyncBody
+from ..api.validation import parse_json, validate
 from ..edge import require_ready
-from ..errors import ApiError
-from ..validation import parse_json, validate
+from ..http.errors import ApiError
 
 MAX_SYNC_BODY = 1024
+SYNC_SPEC = spec_of(SyncBody)
 
 
 def _replicator(request: Request) -> Replicator:
@@ -71,9 +73,9 @@ async def sync(request: Request) -> JSONResponse:
         raw += chunk
         if len(raw) > MAX_SYNC_BODY:
             raise ApiError.too_large(MAX_SYNC_BODY)
-    body = validate(parse_json(raw, max_values=16), SYNC_BODY)
-    peer = _peer(cluster, body["box"])
-    return JSONResponse({"applied": await cluster.wait_applied(peer, body["store"], body["seq"])})
+    body = build(SyncBody, validate(parse_json(raw, max_values=16), SYNC_SPEC))
+    peer = _peer(cluster, body.box)
+    return JSONResponse({"applied": await cluster.wait_applied(peer, body.store, body.seq)})
 
 
 async def status(request: Request) -> JSONResponse:

@@ -17,8 +17,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..edge import Phase, edge
-from ..errors import ApiError
-from ..overview import overview_json
+from ..http.errors import ApiError
+from ..observe.overview import overview_json
 
 ASSETS = Path(__file__).resolve().parent.parent / "console"
 _MEDIA = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",

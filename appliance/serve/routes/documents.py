@@ -9,19 +9,18 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ...library import KindConflict, LanguageConflict, QuotaExceeded
+from ..api.requests import DOCUMENT_ID, IngestBody
+from ..api.validation import validate
 from ..edge import copies_json, edge, name_param, read_body, require_ready, tenant_param
-from ..errors import ApiError
-from ..requests import IngestBody
-from ..responses import document_json, ingest_json
-from ..body_schemas import DOCUMENT_ID
-from ..validation import validate
+from ..http.errors import ApiError
+from ..http.responses import document_json, ingest_json
 
 
 async def post_documents(request: Request) -> JSONResponse:
     library = require_ready(request).library
-    body = IngestBody.parse(await read_body(request, edge(request).bodies.ingest))
+    body = await read_body(request, IngestBody)
     try:
-        result = await library.ingest(body.tenant, body.partition, body.documents, body.kind, body.wait,
+        result = await library.ingest(body.tenant, body.partition, body.inputs(), body.kind, body.wait,
                                       edge(request).settings.server.ingest_wait_timeout_s, language=body.language)
     except KindConflict as exc:
         raise ApiError.conflict("kind_conflict", str(exc), "kind") from None

@@ -13,13 +13,13 @@ from starlette.routing import Route
 
 from ...library import FileInput, KindConflict, LanguageConflict, QuotaExceeded
 from ...parse import MEDIA_TYPES, Format, ParseErrorCode
+from ..api.requests import DOCUMENT_ID, LANGUAGE_CHOICES
+from ..api.validation import validate
 from ..edge import NAME, copies_json, edge, name_param, require_ready, tenant_of, tenant_param
-from ..errors import ApiError
-from ..responses import files_json
-from ..body_schemas import DOCUMENT_ID, LANGUAGE_CHOICES
-from ..spool import SpooledUpload
-from ..uploads import read_upload
-from ..validation import validate
+from ..http.errors import ApiError
+from ..http.responses import files_json
+from ..uploads.reader import read_upload
+from ..uploads.spool import SpooledUpload
 
 if TYPE_CHECKING:
     from ...wiring import Services

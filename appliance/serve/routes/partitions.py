@@ -10,11 +10,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ...library import ReindexerClosed, ReindexPending, ReindexQueueFull
+from ..api.requests import PartitionSettingsBody, ReindexBody
+from ..api.validation import validate
 from ..edge import NAME, edge, read_body, require_ready, tenant_param
-from ..errors import ApiError
-from ..requests import PartitionSettingsBody, ReindexBody
-from ..responses import partition_json, reindex_json
-from ..validation import validate
+from ..http.errors import ApiError
+from ..http.responses import partition_json, reindex_json
 
 if TYPE_CHECKING:
     from ...wiring import Services
@@ -39,11 +39,11 @@ async def partition_state(request: Request) -> JSONResponse:
 async def update_partition(request: Request) -> JSONResponse:
     services = require_ready(request)
     name = validate(request.path_params["name"], NAME, "name")
-    body = PartitionSettingsBody.parse(await read_body(request, edge(request).bodies.partition))
+    body = await read_body(request, PartitionSettingsBody)
     _one_box_only(services, "site_setting", "set it on each box in turn with its server stopped (`appliance "
                   "partition --dense-weight`)")
     try:
-        info = await services.library.set_dense_weight(body.tenant, name, body.dense_weight)
+        info = await services.library.set_dense_weight(body.tenant, name, body.weight)
     except LookupError as exc:
         raise ApiError.not_found(str(exc), "name") from None
     return JSONResponse(partition_json(info))
@@ -57,12 +57,12 @@ async def one_partition(request: Request) -> JSONResponse:
 async def start_reindex(request: Request) -> JSONResponse:
     services = require_ready(request)
     name = validate(request.path_params["name"], NAME, "name")
-    body = ReindexBody.parse(await read_body(request, edge(request).bodies.reindex))
+    body = await read_body(request, ReindexBody)
     _one_box_only(services, "site_reindex", "re-index each box in turn with its server stopped (`appliance "
                   "reindex`): the balancer sends its tenants to the other box meanwhile")
     reindexer = services.reindexer
     try:
-        job = reindexer.start(body.tenant, name, body.language, body.tokens_only)
+        job = reindexer.start(body.tenant, name, body.language, body.tokens)
     except LookupError as exc:
         raise ApiError.not_found(str(exc), "name") from None
     except ReindexPending as exc:  # the tenant's own partition: its state may be named

@@ -5,14 +5,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from ..edge import edge, read_body, require_ready
-from ..requests import SearchBody
-from ..responses import hit_json
+from ..api.requests import SearchBody
+from ..edge import read_body, require_ready
+from ..http.responses import hit_json
 
 
 async def search(request: Request) -> JSONResponse:
     retriever = require_ready(request).retriever
-    body = SearchBody.parse(await read_body(request, edge(request).bodies.search))
+    body = await read_body(request, SearchBody)
     result = await retriever.search(body.query, body.where, body.k, body.late_interaction)
     timings = result.timings.as_dict()
     request.state.record.timings.update(timings)

@@ -1,4 +1,5 @@
-"""Request bodies: one declarative spec per body drives both validation and the OpenAPI document.
+"""Request bodies: one `Spec` per body (derived from its declaration in requests.py) drives both validation and the
+OpenAPI document.
 
 Errors name the field (a JSON path such as `documents[3].text`) so a client can fix the request without guessing.
 """
@@ -15,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ..config import NAME_PATTERN
-from .errors import ApiError
+from ...config import NAME_PATTERN
+from ..http.errors import ApiError
 
 
 @dataclass(slots=True, frozen=True)

@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from ..config import ServerSettings, Settings
-from .body_schemas import PARTITION_BODY, REINDEX_BODY, ask_body, chat_body, ingest_body, search_body
+from ...config import ServerSettings, Settings
+from .declare import build, shape_of, spec_of
+from .requests import REQUEST_BODIES
 from .validation import Spec, parse_json, validate
+
+B = TypeVar("B")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,23 +28,31 @@ class Body:
 
 @dataclass(frozen=True, slots=True)
 class BodySpecs:
-    """The request bodies, built once from the settings: an upload may take megabytes, a question kilobytes."""
-    ingest: Body
-    search: Body
-    ask: Body
-    chat: Body
-    reindex: Body
-    partition: Body
+    """The request bodies (requests.py), built once from the settings: an upload may take megabytes, a question
+    kilobytes."""
+    bodies: dict[type, Body]
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "BodySpecs":
-        server = settings.server
-        return cls(Body(ingest_body(settings), server.max_body_bytes),
-                   Body(search_body(settings), server.max_query_body_bytes),
-                   Body(ask_body(settings), server.max_chat_body_bytes),  # a question with its history
-                   Body(chat_body(settings), server.max_chat_body_bytes),
-                   Body(REINDEX_BODY, server.max_query_body_bytes),
-                   Body(PARTITION_BODY, server.max_query_body_bytes))
+        return cls({body: Body(spec_of(body, settings), _max_bytes(body, settings.server)) for body in REQUEST_BODIES})
+
+    def __getitem__(self, body: type) -> Body:
+        return self.bodies[body]
+
+
+def _max_bytes(body: type, server: ServerSettings) -> int:
+    limit = shape_of(body).max_bytes
+    assert limit is not None, f"{body.__name__} declares no max_bytes"
+    return limit(server)
+
+
+def typed(body: type[B], value: dict[str, Any], server: ServerSettings) -> B:
+    """The typed body of a validated value, checked for what its spec cannot say (`check`, where it has one)."""
+    out = build(body, value)
+    check = getattr(out, "check", None)
+    if check is not None:
+        check(server)
+    return out
 
 
 class BodyParser:

@@ -9,9 +9,9 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..answers import Done, Event, Failed, Sources, Token
+from ...answers import Done, Event, Failed, Sources, Token
+from ..observe.metrics import RequestRecord
 from .errors import ApiError
-from .metrics import RequestRecord
 from .responses import (Answer, ChatMeta, chat_chunk_json, chat_last_chunk_json, done_json, failed_json,
                         sources_json, source_json)
 

@@ -6,15 +6,15 @@ from dataclasses import asdict
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
-from .edge import BootState, Phase
+from ..edge import BootState, Phase
 from .history import Point
 from .metrics import Metrics
 
 if TYPE_CHECKING:
-    from ..cache import CacheCounts
-    from ..generate import EngineStatus
-    from ..library import PartitionInfo
-    from ..wiring import Services
+    from ...cache import CacheCounts
+    from ...generate import EngineStatus
+    from ...library import PartitionInfo
+    from ...wiring import Services
 
 
 def overview_json(boot: BootState, metrics: Metrics, in_flight: int, services: Services | None,

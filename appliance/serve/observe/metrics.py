@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from ..timings import Stage
+from ...timings import Stage
 from .history import History
 
 if TYPE_CHECKING:
-    from ..generate import EngineStatus
+    from ...generate import EngineStatus
 
 log = logging.getLogger("appliance.metrics")
 

@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Any
 
-from ..config import TelemetrySettings
+from ...config import TelemetrySettings
 from .metrics import STAGES, Metrics, RequestRecord
 
 log = logging.getLogger("appliance.serve")

@@ -1,12 +1,13 @@
-"""The OpenAPI document of the HTTP API, built from the request bodies (body_schemas.py) and the operations below."""
+"""The OpenAPI document of the HTTP API, built from the request bodies (requests.py) and the operations below."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import Settings
-from .body_schemas import (DOCUMENT_ID, ID_PATTERN, LANGUAGE_CHOICES, LANGUAGE_HELP, PARTITION_BODY, REINDEX_BODY,
-                           SYNC_BODY, ask_body, chat_body, ingest_body, search_body)
+from ...config import Settings
+from .declare import spec_of
+from .requests import (DOCUMENT_ID, ID_PATTERN, LANGUAGE_CHOICES, LANGUAGE_HELP, AskBody, ChatBody, IngestBody,
+                       PartitionSettingsBody, ReindexBody, SearchBody, SyncBody)
 from .validation import NAME_PATTERN, Spec
 
 
@@ -99,7 +100,7 @@ def _document_operations(settings: Settings) -> list[Operation]:
     doc_id = Param("id", "path", DOCUMENT_ID)
     return [
         Operation("post", "/v1/documents", "Store and index documents", "Stored and indexed",
-                  body=ingest_body(settings), errors=(409,), extra={"202": {
+                  body=spec_of(IngestBody, settings), errors=(409,), extra={"202": {
                       "description": "Stored; indexing continues (wait: false, or the index build failed: see "
                                      "index_error)", "content": {"application/json": {"schema": {"type": "object"}}}}}),
         Operation("delete", "/v1/documents/{id}", "Delete a document", "Deleted", errors=(404,), extra={"202": {
@@ -147,11 +148,11 @@ def _partition_operations() -> list[Operation]:
                   errors=(404,)),
         Operation("patch", "/v1/partitions/{name}", "A partition's settings: its own weight of the vector list in "
                   "hybrid fusion (the next search uses it; answers cached with the old weight are not served)",
-                  "The partition", body=PARTITION_BODY, params=(name,), errors=(404, 409)),
+                  "The partition", body=spec_of(PartitionSettingsBody), params=(name,), errors=(404, 409)),
         Operation("post", "/v1/partitions/{name}/reindex", "Re-index a partition in the background: another "
                   "language (and its encoder), the same one again, or its token vectors re-coded; queued, one at a "
                   "time on a box, tenants taking turns", "Queued or started (Location: where to ask how it "
-                  "stands)", ok_status="202", ok_schema=job, body=REINDEX_BODY, params=(name,),
+                  "stands)", ok_status="202", ok_schema=job, body=spec_of(ReindexBody), params=(name,),
                   errors=(404, 409)),
         Operation("get", "/v1/partitions/{name}/reindex", "How the partition's last re-index since the server "
                   "started stands", "The re-index", ok_schema=job, params=(name, _TENANT), errors=(404,)),
@@ -166,14 +167,14 @@ def operations(settings: Settings) -> list[Operation]:
     return [
         *_document_operations(settings),
         Operation("post", "/v1/search", "Hybrid search (BM25 + HNSW, RRF, late interaction)",
-                  "Ranked chunks with per-stage timings", body=search_body(settings)),
+                  "Ranked chunks with per-stage timings", body=spec_of(SearchBody, settings)),
         *_partition_operations(),
         Operation("post", "/v1/ask", "RAG answer with sources, route and timings (JSON, or SSE with stream: true)",
                   "The answer (JSON), or its Server-Sent Events", ok_media=sse, event_schema=native_event,
-                  body=ask_body(settings)),
+                  body=spec_of(AskBody, settings)),
         Operation("post", "/v1/chat/completions", "OpenAI-compatible chat completion over the tenant's documents",
                   "A chat completion (JSON), or its chunks as Server-Sent Events", ok_media=sse,
-                  event_schema=openai_event, body=chat_body(settings), params=(
+                  event_schema=openai_event, body=spec_of(ChatBody, settings), params=(
                       Param("X-Tenant", "header", Spec("string", pattern=NAME_PATTERN),
                             "Tenant when the body names none (default: the API key's, else default)."),)),
         Operation("get", "/v1/models", "The routes a client can name as model", "Model list"),
@@ -208,13 +209,13 @@ def _cluster_operations() -> list[Operation]:
         Operation("get", "/cluster/journal", "This box's journal after an entry, for the tenants the asking box "
                   "holds, with each document's current state", "Entries, `next` and `more`", errors=(401, 404, 422),
                   params=(Param("after", "query", Spec("integer", "The last entry applied.", min=0)), box,
-                          Param("store", "query", SYNC_BODY.fields["store"]))),
+                          Param("store", "query", spec_of(SyncBody).fields["store"]))),
         Operation("get", "/cluster/files/{sha256}", "An original file this box holds", "The bytes",
                   ok_schema={"type": "string", "format": "binary"}, ok_media=("application/octet-stream",),
                   errors=(401, 404), params=(Param("sha256", "path", Spec("string", "The file's sha256.",
                                                                            required=True, max=64)),)),
         Operation("post", "/cluster/sync", "Pull from the asking box now; answer once its entry `seq` is applied "
-                  "(or after cluster.sync_timeout_s)", "The last entry applied", body=SYNC_BODY, errors=(401, 404)),
+                  "(or after cluster.sync_timeout_s)", "The last entry applied", body=spec_of(SyncBody), errors=(401, 404)),
         Operation("get", "/cluster/status", "Where this box's tenants live and how far each peer is behind",
                   "The status", errors=(401, 404)),
     ]

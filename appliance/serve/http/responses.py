@@ -8,11 +8,11 @@ from dataclasses import asdict, dataclass
 from pathlib import PurePath
 from typing import Any
 
-from ..answers import (Done, Failed, Route, Source, Sources, Usage, answer_citations, citation, cited_sources,
+from ...answers import (Done, Failed, Route, Source, Sources, Usage, answer_citations, citation, cited_sources,
                        grounding_json)
-from ..generate import EngineStatus
-from ..library import FileDocument, FilesResult, IngestResult, PartitionInfo, ReindexJob
-from ..retrieve import Hit
+from ...generate import EngineStatus
+from ...library import FileDocument, FilesResult, IngestResult, PartitionInfo, ReindexJob
+from ...retrieve import Hit
 
 
 PREFIX_CACHE_FIELDS = ("prefix_cache_queries", "prefix_cache_hits", "prefix_cache_hit_rate")

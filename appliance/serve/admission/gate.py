@@ -21,9 +21,9 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..timings import Stage, ms_since
+from ...timings import Stage, ms_since
+from ..observe.metrics import RequestRecord
 from .keys import ApiKeys
-from .metrics import RequestRecord
 from .slots import TenantSlots
 from .watch import BodyPace, BodyTimeout, ClientWatch
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import ApiError
+from ..http.errors import ApiError
 
 STEP = 1 << 20  # a chunked body reserves this much at a time
 

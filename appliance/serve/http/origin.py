@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Match, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..config import ServerSettings
+from ...config import ServerSettings
 from .errors import ApiError
 
 _WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::"})  # a bind address that is every interface names no host

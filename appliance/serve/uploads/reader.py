@@ -13,12 +13,12 @@ from typing import Any, BinaryIO
 
 from starlette.requests import Request
 
-from ..config import ParseSettings
-from .body_schemas import ID_PATTERN
-from .errors import ApiError
+from ...config import ParseSettings
+from ..api.requests import ID_PATTERN
+from ..api.validation import Spec, parse_json, validate
+from ..http.errors import ApiError
 from .multipart import MultipartError, MultipartReader, PartData, PartEnd, PartStart, boundary_of
 from .spool import SpooledUpload
-from .validation import Spec, parse_json, validate
 
 FIELDS = ("tenant", "partition", "kind", "language", "wait", "metadata")
 MAX_FIELD_BYTES = 64 * 1024  # a non-file field (metadata is the big one)

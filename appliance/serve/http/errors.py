@@ -9,8 +9,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from ..encode import EncoderBusy
-from .metrics import Metrics
+from ...encode import EncoderBusy
+from ..observe.metrics import Metrics
 
 RETRY_AFTER = {"Retry-After": "1"}  # every 503 is temporary: warming up, overloaded, an engine restarting
 

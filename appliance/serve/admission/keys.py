@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..box import (ADMIN, Caller, KeysFileError, KeysFileUnreadable, Stamp, hash_key, read_keys,
+from ...box import (ADMIN, Caller, KeysFileError, KeysFileUnreadable, Stamp, hash_key, read_keys,
                stamp_of)
 
 log = logging.getLogger("appliance.serve")

@@ -3,8 +3,8 @@
     port: int = setting(8080, above=0, maximum=65535, why="where the server listens")
 
 `setting` returns the dataclass field, its `Rule` in the field's metadata; `load.py` checks every value against its
-field's rule, so a setting cannot be added without saying what it accepts (tests/test_config.py checks that each
-number has bounds or says `unbounded=True`). Checks that relate several settings stay in `load.py`.
+field's rule, so a setting cannot be added without saying what it accepts (tests/unit/test_config.py checks that
+each number has bounds or says `unbounded=True`). Checks that relate several settings stay in `load.py`.
 """
 from __future__ import annotations
 

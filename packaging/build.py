@@ -12,6 +12,7 @@ up).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import re
@@ -21,6 +22,7 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
+from typing import IO
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from appliance.paths import file_sha256  # noqa: E402
@@ -78,7 +80,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--models", type=Path, default=ROOT / "models", help="models/*.toml and built folders")
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "package")
     parser.add_argument("--out", type=Path, default=ROOT / "dist")
-    parser.add_argument("--level", type=int, default=6, choices=range(1, 10), help="gzip level of the payload")
+    parser.add_argument("--level", type=int, default=6, choices=range(10),
+                        help="gzip level of the payload; 0 stores it uncompressed (still gzip: the test builds)")
     parser.add_argument("--sign-key", help="gpg key id: also write a detached signature (.run.asc)")
     return parser
 
@@ -103,7 +106,10 @@ def pack(stage: Path, run_file: Path, version: str, flavour: str, level: int) ->
     with open(payload, "wb") as sink:
         tar = subprocess.Popen(["tar", "--sort=name", "--owner=0", "--group=0", "--numeric-owner",
                                 f"--mtime=@{epoch}", "-C", str(stage), "-cf", "-", "."], stdout=subprocess.PIPE)
-        subprocess.run(["gzip", f"-{level}", "-n"], stdin=tar.stdout, stdout=sink, check=True)
+        if level == 0:
+            _store_as_gzip(tar.stdout, sink)
+        else:
+            subprocess.run(["gzip", f"-{level}", "-n"], stdin=tar.stdout, stdout=sink, check=True)
         if tar.wait() != 0:
             raise SystemExit("tar failed")
     header = _header(version, flavour, file_sha256(payload))
@@ -114,6 +120,14 @@ def pack(stage: Path, run_file: Path, version: str, flavour: str, level: int) ->
     run_file.with_suffix(".run.part").rename(run_file)
     run_file.chmod(0o755)
     return run_file
+
+
+def _store_as_gzip(source: IO[bytes], sink: IO[bytes]) -> None:
+    """A gzip stream of stored (uncompressed) blocks, which the gzip CLI has no level for: the installer's
+    `tar -xzf` reads it as any other, ~2x faster than level 1 (whose bf16 weights shrink only 1.35x), and it is
+    written ~20x faster. Fixed header time, as `gzip -n`."""
+    with gzip.GzipFile(filename="", fileobj=sink, mode="wb", compresslevel=0, mtime=0) as stored:
+        shutil.copyfileobj(source, stored, 1 << 20)
 
 
 def sign(path: Path, key: str, env: dict[str, str] | None = None) -> Path:

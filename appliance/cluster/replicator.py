@@ -21,8 +21,7 @@ from itertools import groupby
 import httpx
 
 from ..config import ClusterBox, ClusterSettings
-from ..library import KindConflict, LanguageConflict, Library
-from ..store import JournalChange
+from ..library import JournalChange, KindConflict, LanguageConflict, Library
 from .placement import Site
 from .wire import FeedPage, WireError, box_tls, change_json, page_of
 
@@ -62,9 +61,9 @@ class Replicator:
         self._client = httpx.AsyncClient(headers={"authorization": f"Bearer {secret}"}, timeout=30,
                                          trust_env=False,  # no proxy from the environment between boxes
                                          verify=box_tls(settings.ca_file))
-        store = library.store
-        self.store_id = store.store_id
-        self.peers = {b.name: PeerState(b, *store.peer_cursor(b.name)) for b in site.peers}
+        journal = library.journal
+        self.store_id = journal.store_id
+        self.peers = {b.name: PeerState(b, *journal.peer_cursor(b.name)) for b in site.peers}
         self._tasks: list[asyncio.Task] = []
 
     def authorized(self, header: str) -> bool:
@@ -137,7 +136,7 @@ class Replicator:
                         continue
                 await self._apply(peer, page.changes, index)
                 if page.next > peer.applied:
-                    await asyncio.to_thread(self.library.store.set_peer_cursor, peer.box.name, page.store, page.next)
+                    await asyncio.to_thread(self.library.journal.set_peer_cursor, peer.box.name, page.store, page.next)
                     async with peer.advanced:
                         peer.applied = page.next
                         peer.advanced.notify_all()
@@ -234,7 +233,7 @@ class Replicator:
         `peer_store`, as JSON (a worker thread: store reads and serialising up to ~1 MB)."""
         peer = self.peers[peer_name]
         peer.asked_after, peer.asked_store, peer.asked_at = after, peer_store, time.time()
-        changes, last, more = self.library.store.changes_after(
+        changes, last, more = self.library.journal.changes_after(
             after, peer_store, lambda tenant: self.site.holds(peer_name, tenant), FEED_LIMIT)
         page = {"store": self.store_id, "changes": [change_json(c) for c in changes], "next": last, "more": more}
         return json.dumps(page, ensure_ascii=False).encode()
@@ -246,22 +245,22 @@ class Replicator:
     def status(self) -> dict:
         """Where this box's tenants live and how far each peer is behind on them (a worker thread: store reads).
         A peer's `pending` counts the entries after the one it last asked from; None until it has asked."""
-        store, site, me = self.library.store, self.site, self.site.me.name
+        journal, site, me = self.library.journal, self.site, self.site.me.name
         tenants = {}
         for tenant in self.library.tenants():
             placed = site.placement(tenant)
-            tenants[tenant] = {"documents": store.tenant_usage(tenant).documents, "home": placed.home.name,
+            tenants[tenant] = {"documents": journal.tenant_documents(tenant), "home": placed.home.name,
                                "backup": placed.backup.name if placed.backup else None,
                                "held_here": site.holds(me, tenant)}
         peers = {}
         for name, peer in self.peers.items():
             pending = None
             if peer.asked_after is not None and peer.asked_store is not None:
-                pending = {t: n for t, n in store.pending_by_tenant(peer.asked_after, peer.asked_store).items()
+                pending = {t: n for t, n in journal.pending_by_tenant(peer.asked_after, peer.asked_store).items()
                            if site.holds(name, t)}
             peers[name] = {"url": peer.box.url, "applied_from": peer.applied, "pull_error": peer.error,
                            "asked_after": peer.asked_after, "asked_at": peer.asked_at, "pending": pending}
-        return {"box": me, "journal_head": store.journal_head(), "tenants": tenants, "peers": peers}
+        return {"box": me, "journal_head": journal.head(), "tenants": tenants, "peers": peers}
 
 
 def load_secret(path: str) -> str:

@@ -8,7 +8,7 @@ import ssl
 from dataclasses import dataclass
 from typing import Any
 
-from ..store import JournalChange, NewDocument, Place, SourceFile
+from ..library import JournalChange, NewDocument, Place, SourceFile
 
 OPS = ("created", "updated", "deleted")
 STORE_ID = re.compile(r"[0-9a-f]{32}")

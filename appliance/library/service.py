@@ -19,6 +19,7 @@ from ..retrieve import PartitionFilter, Target, select_partitions
 from ..store import BlobStore, FileDocument, NewDocument, Partition, Store
 from ..text import AUTO, LANGUAGES, BM25Tokenizer, detect_language
 from .ingest import DocumentInput, PartitionIndexer, prepare_documents
+from .journal import ReplicationJournal
 from .quotas import check_quota
 from .records import IngestResult, KindConflict, LanguageConflict, PartitionInfo
 
@@ -32,6 +33,7 @@ class Library:
                  quota: QuotaSettings = QuotaSettings(), blobs: BlobStore | None = None):
         self.store, self.encoders, self.tokenizer = store, encoders, tokenizer
         self.blobs = blobs or BlobStore(index_dir.parent / "files")
+        self.journal = ReplicationJournal(store)  # what the cluster's replicator pages and keeps
         self._index_dir, self._index_params = index_dir, index
         self._chunking, self._ingest_batch = chunking, ingest_batch
         self._quota = quota

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the installer i
 LAUNCHER = "#!/bin/sh\n# a stand-in for the launcher: `ready` succeeds, nothing serves\nexit 0\n"
 
 
-def _package(folder: Path, version: str = "1.0.0", marker: str = "good") -> Path:
+def _package(folder: Path, version: str = "1.0.0", marker: str = "good", level: int = 1) -> Path:
     stage = folder / f"stage-{version}-{marker}"
     (stage / "bin").mkdir(parents=True)
     (stage / "bin" / "appliance").write_text(LAUNCHER)
@@ -34,7 +34,7 @@ def _package(folder: Path, version: str = "1.0.0", marker: str = "good") -> Path
     (stage / "VERSION").write_text(f"{version} cpu\n")
     write_checksums(stage)
     folder.mkdir(parents=True, exist_ok=True)
-    run_file = pack(stage, folder / f"rag-appliance-{version}-{marker}.run", version, "cpu", 1)
+    run_file = pack(stage, folder / f"rag-appliance-{version}-{marker}.run", version, "cpu", level)
     shutil.rmtree(stage)
     return run_file
 
@@ -52,19 +52,22 @@ def _header_bytes(package: Path) -> int:
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny-packages")
-    return {"good": _package(folder), "evil": _package(folder, marker="evil"), "folder": folder}
+    # "stored": a payload packed at level 0 (uncompressed gzip blocks), as the package tests' builds are
+    return {"good": _package(folder), "evil": _package(folder, marker="evil"),
+            "stored": _package(folder, marker="stored", level=0), "folder": folder}
 
 
-def test_a_tiny_package_installs_writes_settings_and_uninstalls(packages, tmp_path):
+@pytest.mark.parametrize("kind", ["good", "stored"])
+def test_a_tiny_package_installs_writes_settings_and_uninstalls(packages, tmp_path, kind):
     prefix = tmp_path / "opt"
-    done = _sh(packages["good"], "install", "--prefix", str(prefix), "--no-service", "--port", "8123")
+    done = _sh(packages[kind], "install", "--prefix", str(prefix), "--no-service", "--port", "8123")
     assert done.returncode == 0, done.stderr
     assert os.readlink(prefix / "current") == "1.0.0"
-    assert (prefix / "current" / "models" / "marker.txt").read_text() == "good"
+    assert (prefix / "current" / "models" / "marker.txt").read_text() == kind
     settings = (prefix / "etc" / "appliance.toml").read_text()
     assert f'data_dir = "{prefix}/data"' in settings and "port = 8123" in settings
     assert not list(prefix.glob(".incoming*"))
-    removed = _sh(packages["good"], "uninstall", "--prefix", str(prefix), "--no-service")
+    removed = _sh(packages[kind], "uninstall", "--prefix", str(prefix), "--no-service")
     assert removed.returncode == 0 and not (prefix / "1.0.0").exists(), removed.stderr
     assert (prefix / "etc" / "appliance.toml").exists()  # kept without --purge
 

@@ -34,16 +34,16 @@ LAYERS = {
 }
 STAGES_TOP = LAYERS["grounding"]
 # Above the stages, only the library imports the store: the other services reach documents through the `Library`,
-# and a listed document (`FileDocument`) through `appliance.library`'s surface. Besides it: `wiring` builds the
-# store it hands to the library; `box`'s backup copies and checks the database as a whole (`store.copy_database`,
-# `copied_contents`), which no library call does; `cluster`'s replicator pages the store's journal and keeps its
-# peer cursors there, which the Library does not wrap yet, and its wire format is the journal's records. The
+# and its records (a listed document, the journal's changes the cluster carries between boxes) through
+# `appliance.library`'s surface. Besides it: `wiring` builds the store it hands to the library; `box`'s backup copies
+# and checks the database as a whole (`store.copy_database`, `copied_contents`), which no library call does. The
 # stages below the library (index, retrieve) use the store's records as what they are built from, as any lower
 # layer may.
-STORE_OWNERS = {"store", "library", "wiring", "box", "cluster"}
+STORE_OWNERS = {"store", "library", "wiring", "box"}
 # Nor does a module reach past a `Library` to its store (`<a library>.store`), inside `library` too: file ingest
-# asks the Library (`stored_versions`, `file_documents`, `find_file`, ...). Only the replicator still does (above).
-REACH_PAST_LIBRARY = {"cluster/replicator.py"}
+# asks the Library (`stored_versions`, `file_documents`, `find_file`, ...), the cluster's replicator its
+# `journal` (peer cursors, the journal paged for a peer).
+REACH_PAST_LIBRARY: set[str] = set()
 MAX_MODULE_LINES = 400
 MAX_FUNCTION_LINES = 60
 

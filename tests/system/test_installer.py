@@ -52,7 +52,7 @@ def _header_bytes(package: Path) -> int:
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny-packages")
-    # "stored": a payload packed at level 0 (uncompressed gzip blocks), as the package tests' builds are
+    # "stored": a payload packed at level 0 (uncompressed gzip blocks), as the package tests pack this version
     return {"good": _package(folder), "evil": _package(folder, marker="evil"),
             "stored": _package(folder, marker="stored", level=0), "folder": folder}
 

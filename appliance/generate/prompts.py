@@ -20,6 +20,10 @@ PROMPT_VERSION = "p4"  # bump when any text below changes: cached answers are ke
 # this.") gave 0.31, refused 1 of the 4 unanswerable and 2 answerable ones, and in a product run of 32 SQuAD
 # questions refused 7 of the 24 answerable ones (answerable F1 0.40 against 0.49 for a plain stuffed prompt): the
 # 1.5B model cannot tell which it cannot answer. bench/results/answers.md has the run with this wording.
+# Tried and dropped (a "p5"): three worked examples on made-up passages after these rules (a warranty, a return, a
+# question they do not answer). On a 2-core AVX2 box, 32 SQuAD 2.0 questions: answerable F1 0.472 -> 0.506 (within
+# the noise of 24), still 0 of 8 unanswerable declined; but on doc2dial the model answered "Can I work and study?"
+# with the example's own answer ("Yes, within 30 days if its seal is unbroken"), and another with citations only.
 _BASE = (
     "You are the answer service of an offline document appliance. You answer questions for the staff of the "
     "organisation that owns the documents. Each request gives you numbered passages retrieved from the "

@@ -59,7 +59,8 @@ def markdown(r: dict) -> str:
                                   "bench-answers", "4 questions and 1 conversation a set")
     lines += [f"- Defaults: models small {d['model_small']}, large {d['model_large']}; {d['passages']} passages, "
               f"{d['context_tokens']} passage tokens, min_relevance {d['min_relevance']}, unsupported = "
-              f"{d['unsupported']}, answers up to {d['max_tokens']} tokens; caches off (every answer computed).",
+              f"{d['unsupported']}, answers up to {d['max_tokens']} tokens, wait budget "
+              f"{d.get('wait_budget_s', 30.0):g} s; caches off (every answer computed).",
               f"- Sample: {args['limit']} questions per question set, {args['conversations']} doc2dial conversations, "
               f"spread evenly over each file; {args['concurrency']} asked at once (answers/min is at that "
               "concurrency). Nothing was tuned on these questions.", "", "Systems:", ""]

@@ -1,8 +1,9 @@
 """The package installed as a service, the way an admin does it (`sudo sh FILE install`), on a box whose systemd is
 booted: a Debian container (tests/systemd_box.py) with only loopback. The installer keeps the settings a
-provisioning tool wrote before it, creates the user, writes the unit, starts it and waits for /readyz; a broken upgrade is rolled back and the previous version restarted by
-systemd; `sudo appliance keys add` turns keys on and the service boots and serves with that key; uninstall keeps
-the data and settings, `--purge` then removes them and the user.
+provisioning tool wrote before it, creates the user, writes the unit, starts it and waits for /readyz; a broken
+upgrade is rolled back and the previous version restarted by systemd; `sudo appliance keys add` turns keys on and
+the service boots and serves with that key; uninstall keeps the data and settings, `--purge` then removes them and
+the user.
 
 Needs root, debootstrap (and Debian's mirror once, for the container's root file system) and systemd-nspawn:
 `just package-tools` installs them. CI runs as root.
@@ -73,9 +74,9 @@ def _serving(box: systemd_box.Box, version: str) -> dict[str, str]:
 def _provision_settings(box: systemd_box.Box) -> None:
     """The box's settings written before the install, as a provisioning tool does it (the installer keeps them, as
     on an upgrade): the first-install template with the engine on SmolLM2, which the package ships too. What the
-    unit, the rollback and the keys do does not depend on the model, and this test boots the server three times:
-    the default model's boot is ~40 s longer each on 2 cores. The default model answering from an installed
-    package: test_package.py's offline test."""
+    unit, the rollback and the keys do does not depend on the model, and this test boots the server three times (a
+    frozen server's boot on 2 cores: ~50-60 s on SmolLM2, ~90 s on the default model). The default model answering
+    from an installed package: test_package.py's offline test."""
     template = (ROOT / "packaging" / "appliance.toml.in").read_text()
     settings = template.replace("@DATA_DIR@", DATA_DIR).replace("@PORT@", URL.rsplit(":", 1)[1])
     etc = box.root / ETC.lstrip("/")

@@ -61,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "time to first token is ~23 s with 2 questions at once, so at --concurrency 3 most answers "
                    "degrade to retrieval-only (what the product does when overloaded); a larger budget measures the "
                    "answers themselves")
+    p.add_argument("--context-tokens", type=int, default=None,
+                   help="generate.context_tokens, the passages' share of a prompt (default: the product's); a "
+                   "shorter prompt is read sooner on a CPU without bf16")
     p.add_argument("--fresh", action="store_true", help="measure again what bench/.cache already holds")
     p.add_argument("--quick", action="store_true", help="4 questions, 1 conversation; results go to bench/.cache")
     p.add_argument("--out", type=Path, default=None, help="output path without suffix")
@@ -81,12 +84,18 @@ def _choose(text: str, known: tuple[str, ...], parser) -> list[str]:
     return [x for x in known if x in chosen]  # the documented order
 
 
-def make_settings(group: str, wait_budget_s: float | None = None):
-    """Defaults from `load_settings`, but for what makes a system what it is."""
+def overrides(args) -> dict[str, str]:
+    """The product settings this run changes from their defaults (--wait-budget-s, --context-tokens), as
+    APPLIANCE_* variables: every system of the run gets them."""
+    chosen = {"APPLIANCE_ADMISSION_WAIT_BUDGET_S": args.wait_budget_s,
+              "APPLIANCE_GENERATE_CONTEXT_TOKENS": args.context_tokens}
+    return {name: f"{value:g}" for name, value in chosen.items() if value is not None}
+
+
+def make_settings(group: str, changed: dict[str, str]):
+    """Defaults from `load_settings`, but for what makes a system what it is and what the run `changed`."""
     env = {"APPLIANCE_MODELS_DIR": str(REPO / "models"), "APPLIANCE_DEMO_CORPUS": "false",
-           "APPLIANCE_LOG_LEVEL": "warning"}
-    if wait_budget_s is not None:
-        env["APPLIANCE_ADMISSION_WAIT_BUDGET_S"] = str(wait_budget_s)
+           "APPLIANCE_LOG_LEVEL": "warning", **changed}
     if group == "extractive":
         env["APPLIANCE_GENERATE_ANSWER_MODE"] = "extractive"
     elif group == "smollm2":
@@ -105,7 +114,8 @@ def limit_of(args, set_name: str) -> int:
 
 def cache_path(args, system: str, set_name: str) -> Path:
     budget = "" if args.wait_budget_s is None else f"-w{args.wait_budget_s:g}"
-    return args.cache / f"{system}-{set_name}-n{limit_of(args, set_name)}-c{args.concurrency}{budget}.json"
+    context = "" if args.context_tokens is None else f"-t{args.context_tokens}"
+    return args.cache / f"{system}-{set_name}-n{limit_of(args, set_name)}-c{args.concurrency}{budget}{context}.json"
 
 
 def saved(args, system: str, set_name: str) -> dict | None:
@@ -132,7 +142,7 @@ async def run_group(args, group: str, log) -> None:
     if not any(todo.values()):
         return
     log(f"{group}: booting for {', '.join(systems)}")
-    async with eval_services(make_settings(group, args.wait_budget_s)) as services:
+    async with eval_services(make_settings(group, overrides(args))) as services:
         for set_name, pending in todo.items():
             if not pending:
                 continue
@@ -167,7 +177,7 @@ async def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
     log = machine.progress_log(started)
-    base = make_settings("default", args.wait_budget_s)
+    base = make_settings("default", overrides(args))
     results: dict = {"meta": {**machine.machine_info(PACKAGES), "quick": args.quick,
                               "args": {k: str(v) for k, v in vars(args).items()},
                               "defaults": {"model_small": base.small.model, "model_large": base.large.model,

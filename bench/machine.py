@@ -51,9 +51,11 @@ def write_results(out: Path, results: dict, markdown, started: float, judge, log
     results["meta"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["targets"] = judge(results)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
-    out.with_suffix(".md").write_text(markdown(results))
-    log(f"wrote {out.with_suffix('.md')} and .json")
+    # the name's dots are its own (generation_qwen2.5-1.5b); only a .md or .json given with it is dropped
+    stem = out.name.removesuffix(".md").removesuffix(".json")
+    (out.parent / f"{stem}.json").write_text(json.dumps(results, indent=1, ensure_ascii=False))
+    (out.parent / f"{stem}.md").write_text(markdown(results))
+    log(f"wrote {out.parent / stem}.md and .json")
 
 
 def progress_log(started: float):

@@ -82,9 +82,10 @@ class AdmissionSettings:
     wait_budget_s: float = setting(
         30.0, above=0,
         why="Estimated wait for an engine's first token above this: answer retrieval-only (extractive) instead of "
-            "queueing. The default 1.5B model reads a ~1,000-token prompt in ~9 s on 2 cores "
-            "(bench/results/answers.md), so 4 s (the budget with SmolLM2) degraded every answer but the first; 30 s "
-            "admits ~3 at a time there.")
+            "queueing. With 3 questions at once the default 1.5B model's first token came after 12.8 s (p50) on 2 "
+            "AVX2-only cores with 512 passage tokens (bench/results/answers_context_512.md; none degraded) and 7.0 s "
+            "on 2 cores with native bf16 and 1,024 (answers.md), so 30 s admits ~3 at a time on either; with 1,024 "
+            "on the AVX2 cores 29 of 32 degraded. 4 s (the budget with SmolLM2) degraded every answer but the first.")
 
 
 @dataclass(slots=True, frozen=True)

@@ -36,6 +36,12 @@ def _runs(r: dict):
                 yield f"tiny {label} {c} clients", run
 
 
+def _no_bf16(r: dict) -> str:
+    if r["meta"].get("cpu_native_bf16"):
+        return ""
+    return " (this CPU has no native bf16" + (": see the bf16 check below)" if r.get("bf16_check") else ")")
+
+
 def markdown(r: dict) -> str:
     m = r["meta"]
     lines = ["# Generation benchmark", ""]
@@ -56,9 +62,9 @@ def markdown(r: dict) -> str:
               f"- Machine: {m['cpu_model']} ({', '.join(m['cpu_simd'])}), {m['cores']} cores ({m['cores_usable']} "
               f"usable), {m['memory_gib']} GiB RAM, Python {m['python']}",
               "- Packages: " + ", ".join(f"{k} {v}" for k, v in m["packages"].items() if v),
-              f"- Model: SmolLM2-135M-Instruct, bf16 safetensors from {m.get('model_source')}; compute dtype "
-              f"**{m.get('dtype')}** on both systems" + ("" if m.get("cpu_native_bf16") else
-                                                         " (this CPU has no native bf16: see the bf16 check below)"),
+              f"- Model: {m.get('model_name', 'SmolLM2-135M-Instruct')}, bf16 safetensors from {m.get('model_source')}; "
+              f"compute dtype "
+              f"**{m.get('dtype')}** on both systems" + _no_bf16(r),
               f"- Threads: vLLM worker bound to cores {m['vllm_cores']} (VLLM_CPU_OMP_THREADS_BIND); transformers "
               f"torch.set_num_threads({m['transformers_threads']}) in its own process", ""]
     if p:

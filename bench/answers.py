@@ -57,10 +57,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sets", default=",".join(SETS), help=f"comma-separated, of {', '.join(SETS)}")
     p.add_argument("--concurrency", type=int, default=8, help="questions (conversations) asked at once")
     p.add_argument("--wait-budget-s", type=float, default=None,
-                   help="admission.wait_budget_s (default: the product's). On a 2-core AVX2 box the default model's "
-                   "time to first token is ~23 s with 2 questions at once, so at --concurrency 3 most answers "
-                   "degrade to retrieval-only (what the product does when overloaded); a larger budget measures the "
-                   "answers themselves")
+                   help="admission.wait_budget_s (default: the product's). On a 2-core AVX2 box with 1,024 passage "
+                   "tokens the default model's first token came after ~23 s with 2 questions at once, so at "
+                   "--concurrency 3 most answers degraded to retrieval-only (what the product does when overloaded); "
+                   "a larger budget measures the answers themselves")
     p.add_argument("--context-tokens", type=int, default=None,
                    help="generate.context_tokens, the passages' share of a prompt (default: the product's); a "
                    "shorter prompt is read sooner on a CPU without bf16")

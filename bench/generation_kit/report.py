@@ -62,9 +62,8 @@ def markdown(r: dict) -> str:
               f"- Machine: {m['cpu_model']} ({', '.join(m['cpu_simd'])}), {m['cores']} cores ({m['cores_usable']} "
               f"usable), {m['memory_gib']} GiB RAM, Python {m['python']}",
               "- Packages: " + ", ".join(f"{k} {v}" for k, v in m["packages"].items() if v),
-              f"- Model: {m.get('model_name', 'SmolLM2-135M-Instruct')}, bf16 safetensors from {m.get('model_source')}; "
-              f"compute dtype "
-              f"**{m.get('dtype')}** on both systems" + _no_bf16(r),
+              f"- Model: {m.get('model_name', 'SmolLM2-135M-Instruct')}, bf16 safetensors from "
+              f"{m.get('model_source')}; compute dtype **{m.get('dtype')}** on both systems" + _no_bf16(r),
               f"- Threads: vLLM worker bound to cores {m['vllm_cores']} (VLLM_CPU_OMP_THREADS_BIND); transformers "
               f"torch.set_num_threads({m['transformers_threads']}) in its own process", ""]
     if p:

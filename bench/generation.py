@@ -105,15 +105,13 @@ async def amain(args, log) -> dict:
 
 
 def model_name(folder: Path) -> str:
-    """The upstream model a built checkpoint is, as its manifest (models/<name>.toml) names it; else the folder."""
-    import tomllib
+    """The upstream model a built checkpoint is, as its manifest's licence line names it ("Apache-2.0
+    (Qwen/Qwen2.5-Coder-1.5B-Instruct)"); else the folder's name (`--model` takes any folder)."""
+    from appliance.models import load_manifests
 
-    manifest = REPO / "models" / f"{folder.name}.toml"
-    if manifest.is_file():
-        licence = tomllib.loads(manifest.read_text()).get("licence", "")
-        if "(" in licence:
-            return licence[licence.index("(") + 1:].rstrip(")").split("/")[-1]
-    return folder.name
+    manifest = load_manifests(REPO / "models").get(folder.name)
+    licence = manifest.licence if manifest else ""
+    return licence[licence.index("(") + 1:].rstrip(")").split("/")[-1] if "(" in licence else folder.name
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ class Stage(StrEnum):
     LATE_INTERACTION = "late_interaction"
     ROUTE = "route"
     PROMPT = "prompt"
+    ANSWERABLE = "answerable"  # the model asked whether the passages state the answer (generate.decline_above)
     QUEUE_WAIT = "queue_wait"
     TTFT = "ttft"
     GENERATION = "generation"

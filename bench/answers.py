@@ -64,6 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--context-tokens", type=int, default=None,
                    help="generate.context_tokens, the passages' share of a prompt (default: the product's); a "
                    "shorter prompt is read sooner on a CPU without bf16")
+    p.add_argument("--decline-above", type=float, default=None,
+                   help="generate.decline_above (default: the product's): the model, asked first whether the passages "
+                   "state the answer, declines above these odds of \"no\"; 1 = not asked")
     p.add_argument("--fresh", action="store_true", help="measure again what bench/.cache already holds")
     p.add_argument("--quick", action="store_true", help="4 questions, 1 conversation; results go to bench/.cache")
     p.add_argument("--out", type=Path, default=None, help="output path without suffix")
@@ -85,10 +88,11 @@ def _choose(text: str, known: tuple[str, ...], parser) -> list[str]:
 
 
 def overrides(args) -> dict[str, str]:
-    """The product settings this run changes from their defaults (--wait-budget-s, --context-tokens), as
-    APPLIANCE_* variables: every system of the run gets them."""
+    """The product settings this run changes from their defaults (--wait-budget-s, --context-tokens,
+    --decline-above), as APPLIANCE_* variables: every system of the run gets them."""
     chosen = {"APPLIANCE_ADMISSION_WAIT_BUDGET_S": args.wait_budget_s,
-              "APPLIANCE_GENERATE_CONTEXT_TOKENS": args.context_tokens}
+              "APPLIANCE_GENERATE_CONTEXT_TOKENS": args.context_tokens,
+              "APPLIANCE_GENERATE_DECLINE_ABOVE": args.decline_above}
     return {name: f"{value:g}" for name, value in chosen.items() if value is not None}
 
 
@@ -115,7 +119,9 @@ def limit_of(args, set_name: str) -> int:
 def cache_path(args, system: str, set_name: str) -> Path:
     budget = "" if args.wait_budget_s is None else f"-w{args.wait_budget_s:g}"
     context = "" if args.context_tokens is None else f"-t{args.context_tokens}"
-    return args.cache / f"{system}-{set_name}-n{limit_of(args, set_name)}-c{args.concurrency}{budget}{context}.json"
+    decline = "" if args.decline_above is None else f"-d{args.decline_above:g}"
+    return args.cache / (f"{system}-{set_name}-n{limit_of(args, set_name)}-c{args.concurrency}{budget}{context}"
+                         f"{decline}.json")
 
 
 def saved(args, system: str, set_name: str) -> dict | None:
@@ -184,6 +190,7 @@ async def main(argv: list[str] | None = None) -> int:
                                            "passages": base.generate.passages,
                                            "context_tokens": base.generate.context_tokens,
                                            "min_relevance": base.generate.min_relevance,
+                                           "decline_above": base.generate.decline_above,
                                            "unsupported": base.generate.unsupported,
                                            "max_tokens": base.generate.max_tokens_cited,
                                            "wait_budget_s": base.admission.wait_budget_s}}}

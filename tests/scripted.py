@@ -18,6 +18,7 @@ class Script:
     die_after: int | None = None  # raise EngineDown after this many tokens (0: before the first)
     token_delay_s: float = 0.0
     finish_reason: str = "stop"
+    odds: tuple[float, ...] | None = None  # next_word_odds' answer (per word asked); None: it raises EngineDown
 
 
 class ScriptedEngine:
@@ -33,6 +34,7 @@ class ScriptedEngine:
         self.estimated_wait_s = 0.0
         self.starts = 0
         self.prompts: list[str] = []  # every prompt it was asked to answer
+        self.odds_prompts: list[str] = []  # every prompt it was asked the next word's odds for
         self.salts: list[str | None] = []  # the cache salt each came with
         self.aborted = 0  # streams closed before they finished
         self._listener = None
@@ -61,6 +63,14 @@ class ScriptedEngine:
     def status(self) -> EngineStatus:
         return EngineStatus(self.role, self.state, "scripted", "cpu", "float32", self.limits.max_model_len,
                             self.in_flight, max(0, self.starts - 1), self.estimated_wait_s, 0.0)
+
+    async def next_word_odds(self, prompt: str, words: tuple[str, ...], request_id: str | None = None,
+                             cache_salt: str | None = None) -> tuple[float, ...]:
+        self.odds_prompts.append(prompt)
+        if not self.up or self.script.odds is None:
+            raise EngineDown(f"{self.role} engine is {self.state}")
+        await asyncio.sleep(self.script.token_delay_s)
+        return self.script.odds[:len(words)]
 
     async def stream(self, prompt: str, max_tokens: int, temperature: float = 0.0, request_id: str | None = None,
                      learn: bool = True, cache_salt: str | None = None) -> AsyncIterator[Delta]:

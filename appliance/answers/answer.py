@@ -15,14 +15,16 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 
 from ..config import ConversationSettings, GenerateSettings, RouterSettings
-from ..generate import EngineDown, EngineSet, Passage, TextEngine, build_prompt, fit_tokens, recent_history
+from ..generate import (PROMPT_VERSION, EngineDown, EngineSet, Passage, TextEngine, build_prompt, fit_tokens,
+                        recent_history)
 from ..generate.repetition import repeated_tail
 from ..grounding import SUPPORTED, Grounding, cited_numbers
 from ..retrieve import Hit, PartitionFilter, Retriever, SearchResult
 from ..router import Router
-from ..text import Turn, has_cjk, normalise_question
+from ..text import Turn, normalise_question
 from ..timings import Stage, Timings, ms_since
-from .checks import NOT_COVERED, check_generated, extractive, not_checked, passage_texts, retrieval_only
+from .checks import (NOT_COVERED, check_generated, declining_odds, extractive, not_checked, passage_texts,
+                     retrieval_only, uncovered_reason)
 
 AUTO = "auto"
 PROMPT_RESERVE = 400  # tokens of the context kept beside the budgeted parts: our system prefix and the question
@@ -154,7 +156,7 @@ class Answerer:
         else:
             result, embedding = await search, None
         timings = result.timings.copy()
-        if (uncovered := self._uncovered(result, req.question)) is not None:
+        if (uncovered := uncovered_reason(result, req.question, self.generate.min_relevance)) is not None:
             route = Route(None, req.model, uncovered)
             yield Sources([], result.partitions, route)
             timings.set(Stage.TOTAL, ms_since(started))
@@ -207,14 +209,18 @@ class Answerer:
         # tokenising the passages (each cut to what the budget can hold) is CPU work: off the event loop
         prompt = await asyncio.to_thread(self._prompt, engine, req, result, budget)
         timings.since(Stage.PROMPT, t)
+        deadline = started + min(req.timeout_s or self.deadline_s, self.deadline_s)
+        salt = self.engines.salt_for(req.where.tenant)
+        if (no := await declining_odds(engine, prompt.check_text, self.generate.decline_above, req.request_id, salt,
+                                       deadline, timings)) is not None:
+            for event in _declined(route, no, timings, started):
+                yield event
+            return
         t = time.perf_counter()
-        parts: list[str] = []
-        last, finish = None, None
+        parts, last, finish = [], None, None
         # quote and refuse may put another text in place of the answer: hold it back until it is checked
         hold = self.generate.check_answers and self.generate.unsupported != "label"
-        deadline = started + min(req.timeout_s or self.deadline_s, self.deadline_s)
-        stream = engine.stream(prompt.text, max_tokens, self.generate.temperature, req.request_id,
-                               cache_salt=self.engines.salt_for(req.where.tenant))
+        stream = engine.stream(prompt.text, max_tokens, self.generate.temperature, req.request_id, cache_salt=salt)
         try:
             while True:
                 try:
@@ -313,19 +319,9 @@ class Answerer:
         return build_prompt(tokenizer, req.task, self.generate.concise, _passages(result.hits), question,
                             max(0, budget - used), history, system)
 
-    def _uncovered(self, result: SearchResult, question: str) -> str | None:
-        """Why no answer should be generated from these passages (none relevant enough), or None. The floor was
-        measured on English questions and MiniLM's late-interaction scores; Chinese ones (their partitions' USE has
-        no token vectors, so no such score) skip it."""
-        floor = self.generate.min_relevance
-        if not floor or has_cjk(question):
-            return None  # off: the model answers from whatever was found (or from what it knows)
-        if not result.hits:
-            return "no passage found"
-        best = result.hits[0].late
-        if best is not None and best < floor:
-            return f"no passage relevant enough (best score {best:.2f} < generate.min_relevance {floor:g})"
-        return None
+    def cache_scope(self) -> str:
+        """What else than the request decides its answer: the prompt's wording, its passages' budget, the check."""
+        return f"{PROMPT_VERSION}|t{self.generate.context_tokens}|d{self.generate.decline_above:g}"
 
     def _default_max_tokens(self, task: str) -> int:
         return self.generate.max_tokens_concise if task == "concise" else self.generate.max_tokens_cited
@@ -378,6 +374,13 @@ def citation(file: str, page: int | None, page_end: int | None, section: tuple[s
     if section:
         parts.append(" > ".join(section))
     return ", ".join(parts)
+
+
+def _declined(route: Route, odds_of_no: float, timings: Timings, started: float) -> list[Event]:
+    route.reason += f"; declined: the model's odds of \"no\" {odds_of_no:.2f} > generate.decline_above"
+    timings.set(Stage.TOTAL, ms_since(started))
+    return [Token(NOT_COVERED),  # a refusal is text every client shows, streamed or not
+            Done(NOT_COVERED, route, False, "not_covered", Usage(), timings, grounding=not_checked())]
 
 
 def _degraded(result: SearchResult, route: Route, reason: str, timings: Timings, started: float,

@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict
 
 from ..cache import ExactCache, SemanticCache, SingleFlight, answer_key
-from ..generate import PROMPT_VERSION
 from ..retrieve import PartitionFilter, Retriever
 from ..timings import Stage, Timings, ms_since
 from .checks import grounding_from_json, grounding_json
@@ -35,7 +34,7 @@ class CachedAnswerer:
         timings = Timings()
         versions = self._versions(req.where)
         context = req.context_key()  # a follow-up's answer depends on its conversation: cached under it
-        scope = f"{PROMPT_VERSION}|{req.model}|{req.task}|{req.max_tokens}|{context}"
+        scope = f"{self.answerer.cache_scope()}|{req.model}|{req.task}|{req.max_tokens}|{context}"
         key = answer_key(req.question, req.where.tenant, versions, scope)
         t = time.perf_counter()
         cached = await asyncio.to_thread(self._exact_get, key, req.where.tenant)

@@ -1,9 +1,13 @@
-"""What happens to an answer once its text is complete, and the answers made without an engine.
+"""Whether an answer should be generated at all, what happens to it once its text is complete, and the answers made
+without an engine.
+
+Before: no passage relevant enough (`generate.min_relevance`), or the model itself, asked whether its passages state
+the answer, says no (`generate.decline_above`, off by default): the answer says the documents do not cover it.
 
 A generated answer's citations are validated (a number naming no passage of its prompt is removed), it is checked
 against the passages it was given (`appliance.grounding`: each sentence supported, partly or unsupported; an
-answer that cites nothing is given the passages that support it as its citations, answer.py), and `generate.unsupported` decides what an
-unsupported answer becomes: the answer, labelled (`label`); the passages' own sentences that come closest,
+answer that cites nothing is given the passages that support it as its citations, answer.py), and
+`generate.unsupported` decides what an unsupported answer becomes: the answer, labelled (`label`); the passages' own sentences that come closest,
 quoted and cited (`quote`); or the words that the documents do not cover it (`refuse`).
 
 Without an engine (`generate.answer_mode = "extractive"`, a degraded box, an overloaded one) the answer is the best
@@ -11,12 +15,17 @@ sentences of the best passages, cited: extractive, so it is supported by constru
 """
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..grounding import (NOT_CHECKED, SUPPORTED, UNSUPPORTED, Grounding, SentenceGrounding, check_answer,
                         extractive_answer, supporting_quotes, validate_citations)
-from ..retrieve import Hit
+from ..generate import EngineDown, TextEngine
+from ..retrieve import Hit, SearchResult
+from ..text import has_cjk
+from ..timings import Stage, Timings
 
 UNSUPPORTED_POLICIES = ("label", "quote", "refuse")
 ANSWER_MODES = ("generate", "extractive")
@@ -42,6 +51,40 @@ def check_generated(text: str, passages: Sequence[str], question: str, policy: s
     if policy == "quote" and (quoted := supporting_quotes(grounding, passages, question=question)):
         return Checked(f"{QUOTE_LEAD}\n{quoted}", check_answer(quoted, passages, question), True)
     return Checked(NOT_COVERED, not_checked(), True)
+
+
+def uncovered_reason(result: SearchResult, question: str, floor: float) -> str | None:
+    """Why no answer should be generated from these passages (none relevant enough), or None. The floor
+    (generate.min_relevance) was measured on English questions and MiniLM's late-interaction scores; Chinese ones
+    (their partitions' USE has no token vectors, so no such score) skip it."""
+    if not floor or has_cjk(question):
+        return None  # off: the model answers from whatever was found (or from what it knows)
+    if not result.hits:
+        return "no passage found"
+    best = result.hits[0].late
+    if best is not None and best < floor:
+        return f"no passage relevant enough (best score {best:.2f} < generate.min_relevance {floor:g})"
+    return None
+
+
+async def declining_odds(engine: TextEngine, check_prompt: str, above: float, request_id: str | None,
+                         cache_salt: str | None, deadline: float, timings: Timings) -> float | None:
+    """generate.decline_above < 1: the model is asked whether its passages state the answer (the prompt's
+    check_text); its share of "no" against "yes" when over `above` (the answer is then declined), else None. It
+    could not say (the engine down, out of time, neither word a likely first token): the answer is generated as
+    without the check."""
+    if above >= 1 or not check_prompt:
+        return None
+    t = time.perf_counter()
+    try:
+        yes, no = await asyncio.wait_for(engine.next_word_odds(check_prompt, ("yes", "no"), request_id, cache_salt),
+                                         max(deadline - t, 0.001))
+    except (EngineDown, asyncio.TimeoutError):
+        return None
+    finally:
+        timings.since(Stage.ANSWERABLE, t)
+    share = no / (yes + no) if yes + no > 0 else 0.0
+    return share if share > above else None
 
 
 def extractive(hits: list[Hit], question: str) -> Checked:

@@ -93,6 +93,17 @@ class GenerateSettings:
             "a SciFact slice with MiniLM: at 0.42, 99.3 % of its questions are answered, 95.5 % of off-topic "
             "general questions (router_questions) and 83.3 % of off-topic doc2dial questions are not "
             "(bench/results/grounding.md).")
+    decline_above: float = setting(
+        1.0, minimum=0, maximum=1, notes={1: "off"},
+        why="Before an answer is generated the model is asked whether its passages state it (the same prompt and "
+            "cached passages, one more token); above these odds of \"no\" against \"yes\" the answer says the "
+            "documents do not cover the question (1 = not asked). Off: with the 1.5B default the odds separate "
+            "SQuAD 2.0's unanswerable questions only weakly (AUC 0.67 on 80 + 80 questions, at 0.5: 30 % of them "
+            "declined and 5 % of answerable ones), and through the product at 0.5 "
+            "(bench/results/answers_decline_0.5.md) it declined 1 of 8 unanswerable and 3 of 24 answerable SQuAD "
+            "questions (answerable F1 0.449 -> 0.366) and 10 of 32 CMRC ones (F1 0.764 -> 0.519); the first token "
+            "came later (p50 12.8 -> 18.0 s on 2 AVX2 cores). For a stronger model, measure it with "
+            "bench/answers.py --decline-above.")
     answer_mode: str = setting(
         "generate", choices=("generate", "extractive"),
         why="\"generate\": an engine writes the answer; \"extractive\": no engine is asked, the answer is the best "

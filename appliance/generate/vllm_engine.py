@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import time
 import uuid
@@ -25,6 +26,7 @@ from .stats import EngineStats, stat_logger_factory
 
 log = logging.getLogger("appliance.generate")
 GIB = 1 << 30
+TOP_CANDIDATES = 20  # first-token candidates read by next_word_odds (vLLM's default max_logprobs)
 SPAWN_POLL_S = 0.05
 
 
@@ -148,7 +150,6 @@ class VllmEngine:
         `cache_salt`: the prompt shares prefix-cache blocks only with prompts of the same salt (salt.py)."""
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
-        from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 
         if not self.up:
             raise EngineDown(f"{self.role} engine is {self.state}")
@@ -162,20 +163,55 @@ class VllmEngine:
         started = time.perf_counter()
         inputs = {"prompt": prompt, "cache_salt": cache_salt} if cache_salt else prompt
         try:
-            async for out in self._llm.generate(inputs, params, request_id=request_id):
-                if not produced and learn:
-                    self._learn_wait((time.perf_counter() - started) / sharing)
-                piece = out.outputs[0]
-                produced += len(piece.token_ids)
-                yield Delta(piece.text, produced, len(out.prompt_token_ids or ()), out.num_cached_tokens or 0,
-                            piece.finish_reason)
+            with self._down_if_dead():
+                async for out in self._llm.generate(inputs, params, request_id=request_id):
+                    if not produced and learn:
+                        self._learn_wait((time.perf_counter() - started) / sharing)
+                    piece = out.outputs[0]
+                    produced += len(piece.token_ids)
+                    yield Delta(piece.text, produced, len(out.prompt_token_ids or ()), out.num_cached_tokens or 0,
+                                piece.finish_reason)
+        finally:
+            self.in_flight -= 1
+
+    async def next_word_odds(self, prompt: str, words: tuple[str, ...], request_id: str | None = None,
+                             cache_salt: str | None = None) -> tuple[float, ...]:
+        from vllm import SamplingParams
+
+        if not self.up:
+            raise EngineDown(f"{self.role} engine is {self.state}")
+        params = SamplingParams(max_tokens=1, temperature=0.0, logprobs=TOP_CANDIDATES)
+        request_id = f"{request_id}-odds-{uuid.uuid4().hex[:8]}" if request_id else uuid.uuid4().hex
+        inputs = {"prompt": prompt, "cache_salt": cache_salt} if cache_salt else prompt
+        self.in_flight += 1
+        final = None
+        try:
+            with self._down_if_dead():
+                async for final in self._llm.generate(inputs, params, request_id=request_id):
+                    pass
+        finally:
+            self.in_flight -= 1
+        candidates = final.outputs[0].logprobs[0] if final and final.outputs[0].logprobs else {}
+        wanted = [word.strip().lower() for word in words]
+        odds = [0.0] * len(words)
+        for candidate in candidates.values():  # " Yes", "yes" and "YES" are one word
+            token = (candidate.decoded_token or "").strip().lower()
+            if token in wanted:
+                odds[wanted.index(token)] += math.exp(candidate.logprob)
+        return tuple(odds)
+
+    @contextlib.contextmanager
+    def _down_if_dead(self):
+        """vLLM's errors of a request whose engine died become EngineDown (and the engine is marked down)."""
+        from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
+
+        try:
+            yield
         except (EngineDeadError, EngineGenerateError) as exc:
             if self._llm is not None and self._llm.errored:
                 self.state = "down"
                 raise EngineDown(f"{self.role} engine died: {type(exc).__name__}") from exc
             raise
-        finally:
-            self.in_flight -= 1
 
     def _learn_wait(self, sample: float) -> None:
         previous = self.ttft_per_request_s

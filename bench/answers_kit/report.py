@@ -58,7 +58,8 @@ def markdown(r: dict) -> str:
     lines = machine.report_header("Answer quality: the product against its peers on the same passages", r,
                                   "bench-answers", "4 questions and 1 conversation a set")
     lines += [f"- Defaults: models small {d['model_small']}, large {d['model_large']}; {d['passages']} passages, "
-              f"{d['context_tokens']} passage tokens, min_relevance {d['min_relevance']}, unsupported = "
+              f"{d['context_tokens']} passage tokens, min_relevance {d['min_relevance']}, decline_above "
+              f"{d.get('decline_above', 1.0):g}, unsupported = "
               f"{d['unsupported']}, answers up to {d['max_tokens']} tokens, wait budget "
               f"{d.get('wait_budget_s', 30.0):g} s; caches off (every answer computed).",
               f"- Sample: {args['limit']} questions per question set, {args['conversations']} doc2dial conversations, "

@@ -4,14 +4,20 @@ a few answers (~10 s each): the other answer tests run on SmolLM2 and a tiny mod
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import httpx
 import pytest
 
+from appliance.answers import Answerer, AskRequest, Done
+from appliance.answers.checks import NOT_COVERED
 from appliance.config import GenerateSettings, Settings
+from appliance.generate import Passage, build_prompt
 from appliance.grounding import LABELS, strip_citations
 from appliance.models import load_manifests
+from appliance.retrieve import PartitionFilter
+from appliance.timings import Stage
 from support import LiveServer, make_settings
 
 DEFAULT = Settings().large.model
@@ -72,3 +78,35 @@ def test_default_model_streams_its_answer_and_the_check_comes_with_done(default_
 
 def _letters(text: str) -> str:
     return "".join(strip_citations(text).split())
+
+
+def test_asked_first_the_default_model_tells_a_stated_answer_from_a_missing_one(default_served):
+    """The odds generate.decline_above reads (the prompt's check_text, as the answer path builds it): its "no"
+    outweighs its "yes" for a detail the passage leaves out, and the other way for one it states."""
+    engine = default_served.app.state.services.engines["large"]
+    passage = Passage("XK-4471 pump", "The XK-4471 pump runs at 1,450 rpm. Its bearings are greased every 500 hours "
+                                      "with lithium grease.")
+
+    def odds(question: str) -> tuple[float, float]:
+        prompt = build_prompt(engine.tokenizer, "cited", False, [passage], question, 256)
+        return default_served.call(engine.next_word_odds(prompt.check_text, ("yes", "no")))
+
+    stated, missing = odds("How fast does the XK-4471 pump run?"), odds("Who manufactures the XK-4471 pump?")
+    assert all(0 <= p <= 1 for p in (*stated, *missing)) and sum(stated) > 0.5 and sum(missing) > 0.5
+    assert stated[0] > stated[1] and missing[1] > missing[0], (stated, missing)
+
+
+def test_with_decline_above_set_the_answer_path_asks_the_engine_first(default_served):
+    """The answer path with generate.decline_above on, on the default engine: at 0 any odds of "no" decline, so
+    the model's odds were asked for and read (the setting's level is measured in bench/answers.py)."""
+    services, settings = default_served.app.state.services, default_served.settings
+    declining = dataclasses.replace(settings.generate, decline_above=0.0)
+    answerer = Answerer(services.retriever, services.engines, {}, declining, settings.router)
+
+    async def ask():
+        return [event async for event in answerer.ask(AskRequest("What happens after a crash?",
+                                                                 PartitionFilter("default")))]
+
+    done = next(e for e in default_served.call(ask(), timeout=300) if isinstance(e, Done))
+    assert done.text == NOT_COVERED and done.finish_reason == "not_covered", done
+    assert 'odds of "no"' in done.route.reason and done.timings.get(Stage.ANSWERABLE) > 0

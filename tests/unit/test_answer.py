@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 
 import pytest
 
 from appliance.answers import AskRequest, Answerer, Done, Failed, Sources, Token
 from appliance.cache import ExactCache, SingleFlight
 from appliance.answers import CachedAnswerer
+from appliance.answers.checks import NOT_COVERED
 from appliance.generate import EngineSet
+from appliance.generate.prompts import ANSWERABLE_CHECK
 from appliance.library import DocumentInput
 from appliance.retrieve import PartitionFilter
+from appliance.timings import Stage
 from appliance.wiring import open_services
 
 from scripted import Script, ScriptedEngine
@@ -192,3 +196,56 @@ def test_concurrent_identical_misses_compute_once(settings, tokenizer, tmp_path)
     assert sorted(done_of(e).cache for e in (first, second, third)) == ["exact", "exact", "none"]
     assert {done_of(e).text for e in (first, second, third, later)} == {"The answer."}
     assert done_of(later).cache == "exact"
+
+
+def _declining(settings, above: float):
+    return dataclasses.replace(settings, generate=dataclasses.replace(settings.generate, decline_above=above))
+
+
+@pytest.mark.parametrize("odds, declined", [((0.2, 0.8), True), ((0.7, 0.3), False), (None, False)])
+def test_asked_first_the_model_declines_when_its_odds_of_no_are_over_the_setting(settings, tokenizer, odds, declined):
+    # None: the engine could not say (it raised EngineDown for the odds): the answer is generated as without a check
+    engine = ScriptedEngine("small", tokenizer, Script(odds=odds))
+
+    async def go():
+        async with answer_path(_declining(settings, 0.6), {"small": engine}) as (answerer, _, _):
+            return await collect(answerer.ask(AskRequest("what does XK-4471 mean?", WHERE)))
+
+    events = run(go())
+    done = done_of(events)
+    (asked,) = engine.odds_prompts
+    assert asked.count(ANSWERABLE_CHECK) == 1 and "what does XK-4471 mean?" in asked and "XK-4471 means" in asked
+    assert Stage.ANSWERABLE in done.timings.as_dict()
+    if declined:  # nothing generated: the refusal is the text every client gets, streamed or not
+        assert engine.prompts == [] and done.text == NOT_COVERED and done.finish_reason == "not_covered"
+        assert "".join(e.text for e in events if isinstance(e, Token)) == NOT_COVERED
+        assert 'odds of "no" 0.80 > generate.decline_above' in done.route.reason
+    else:  # the answer prompt is the check's without the check (so the two share their cached passages)
+        assert done.text == "The answer." and engine.prompts[0] == asked.replace(f"\n\n{ANSWERABLE_CHECK}", "")
+
+
+def test_off_by_setting_the_model_is_not_asked_and_cached_answers_are_kept_apart(settings, tokenizer):
+    engine = ScriptedEngine("small", tokenizer, Script(odds=(0.0, 1.0)))
+
+    async def go():
+        async with answer_path(_declining(settings, 1.0), {"small": engine}) as (answerer, _, _):
+            events = await collect(answerer.ask(AskRequest("what does XK-4471 mean?", WHERE)))
+            scopes = {answerer.cache_scope()}
+        async with answer_path(_declining(settings, 0.6), {"small": engine}) as (answerer, _, _):
+            scopes.add(answerer.cache_scope())
+        return events, scopes
+
+    events, scopes = run(go())
+    assert engine.odds_prompts == [] and done_of(events).text == "The answer."
+    assert len(scopes) == 2, "an answer cached without the check is not served with it (and the other way)"
+
+
+def test_a_check_that_outlasts_the_deadline_ends_in_time_and_the_answer_is_not_declined(settings, tokenizer):
+    slow = ScriptedEngine("small", tokenizer, Script(odds=(0.0, 1.0), token_delay_s=5.0))
+
+    async def go():
+        async with answer_path(_declining(settings, 0.6), {"small": slow}, deadline_s=60) as (answerer, _, _):
+            return await collect(answerer.ask(AskRequest("what does XK-4471 mean?", WHERE, timeout_s=2.0)))
+
+    done = done_of(run(go()))
+    assert done.finish_reason == "deadline" and done.text != NOT_COVERED

@@ -6,7 +6,7 @@ import { lineChart } from "./charts.js";
 const POLL_MS = 3000;
 // the request path's stages, as /metrics names them (appliance_stage_seconds), in pipeline order
 const STAGES_SHOWN = ["total", "rewrite", "exact_cache", "encode", "semantic_cache", "bm25", "ann", "fuse",
-  "late_interaction", "queue_wait", "ttft", "generation"];
+  "late_interaction", "answerable", "queue_wait", "ttft", "generation"];
 
 export function overviewView(root) {
   let timer = null, last = null, polling = false;

@@ -317,7 +317,7 @@ class Answerer:
         question, question_tokens = fit_tokens(tokenizer, req.prompt_question, QUESTION_RESERVE_TOKENS + budget // 4)
         used += system_tokens + max(0, question_tokens - QUESTION_RESERVE_TOKENS)
         return build_prompt(tokenizer, req.task, self.generate.concise, _passages(result.hits), question,
-                            max(0, budget - used), history, system)
+                            max(0, budget - used), history, system, with_check=self.generate.decline_above < 1)
 
     def cache_scope(self) -> str:
         """What else than the request decides its answer: the prompt's wording, its passages' budget, the check."""

@@ -69,7 +69,7 @@ class Prompt:
     text: str
     passages_used: int  # how many passages fit the budget (the first n of those given)
     context_tokens: int
-    check_text: str = ""  # the same prompt asking whether the passages state the answer (ANSWERABLE_CHECK)
+    check_text: str = ""  # the same prompt asking whether the passages state the answer (only `with_check`)
 
 
 def system_prefix(task: str, concise: bool) -> str:
@@ -134,8 +134,10 @@ MAX_CHARS_PER_TOKEN = 16
 
 
 def build_prompt(tokenizer, task: str, concise: bool, passages: list[Passage], question: str,
-                 budget_tokens: int, history: Sequence[Turn] = (), client_system: str = "") -> Prompt:
-    """`history`: the earlier turns to show (already cut to their budget by `recent_history`)."""
+                 budget_tokens: int, history: Sequence[Turn] = (), client_system: str = "",
+                 with_check: bool = False) -> Prompt:
+    """`history`: the earlier turns to show (already cut to their budget by `recent_history`). `with_check`: also
+    the check prompt (generate.decline_above on; off, no request pays for rendering it)."""
     blocks, used = [], 0
     for n, passage in enumerate(passages, 1):
         head = " ".join(part for part in (passage.title, f"({passage.citation})" if passage.citation else "") if part)
@@ -155,8 +157,8 @@ def build_prompt(tokenizer, task: str, concise: bool, passages: list[Passage], q
     if (language := ANSWER_LANGUAGE.get(question_language(question))) is not None:
         user += f"\n{language}"
     system = with_client_system(system_prefix(task, concise), client_system)
-    return Prompt(render(tokenizer, system, user, history), len(blocks), used,
-                  render(tokenizer, system, f"{user}\n\n{ANSWERABLE_CHECK}", history))
+    check = render(tokenizer, system, f"{user}\n\n{ANSWERABLE_CHECK}", history) if with_check else ""
+    return Prompt(render(tokenizer, system, user, history), len(blocks), used, check)
 
 
 REWRITE_PROMPT_VERSION = "r2"  # bump when the text below changes

@@ -88,7 +88,7 @@ def test_asked_first_the_default_model_tells_a_stated_answer_from_a_missing_one(
                                       "with lithium grease.")
 
     def odds(question: str) -> tuple[float, float]:
-        prompt = build_prompt(engine.tokenizer, "cited", False, [passage], question, 256)
+        prompt = build_prompt(engine.tokenizer, "cited", False, [passage], question, 256, with_check=True)
         return default_served.call(engine.next_word_odds(prompt.check_text, ("yes", "no")))
 
     stated, missing = odds("How fast does the XK-4471 pump run?"), odds("Who manufactures the XK-4471 pump?")

@@ -48,7 +48,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def builds(request, models_dir) -> dict[str, Path]:
-    """The package tests' three packages (package_builds.py): started in the background when the session collected
+    """The package tests' four packages (package_builds.py): started in the background when the session collected
     those tests, else built here."""
     from appliance import __version__
 

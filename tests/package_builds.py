@@ -1,17 +1,18 @@
-"""The three packages tests/system/test_package.py installs: this build, a previous one (another version of the same
-freeze) and a broken one (its encoder truncated, so the server fails /readyz). Kept in build/package/test-dist
-while nothing that goes into them changed.
+"""The four packages the package tests install: this build, the same build without the default model ("lite"), a
+previous one (another version of the same freeze) and a broken one (its encoder truncated, so the server fails
+/readyz). Kept in build/package/test-dist while nothing that goes into them changed.
 
-Only this build carries the default model (3.55 GB of weights): the previous version ships SmolLM2 (the default
-before it) and the tests that install it name that model in its settings, as an admin of that version had it; the
-broken one has no generation model at all. The upgrade and rollback paths do not depend on the weights, and each
-copy of them costs CI a pack, an unpack and a server load.
+Only this build carries the default model (3.55 GB of weights; installed and answering in the offline test, its
+contents checked). The upgrade, rollback, reinstall and service tests install "lite": the same frozen tree and
+version with SmolLM2 (the default before), which their settings name as an admin of the previous version had it.
+Those paths do not depend on the weights, and each install of them cost CI ~95 s (5.8 GB unpacked and hashed twice)
+against ~30 s for lite's 1 GB. The previous version ships SmolLM2 too; the broken one no generation model at all.
 
-Building them takes a few minutes of one core (the freeze, then three packs), so conftest.py starts this
+Building them takes a few minutes of one core (the freeze, then four packs), so conftest.py starts this
 module as a process of its own, at the lowest CPU and I/O priority, as soon as a session has collected the package
 tests; the tests before them leave enough idle CPU for it, and the `builds` fixture waits for it.
 
-    python tests/package_builds.py      builds what is missing, exit status 0 when all three are there
+    python tests/package_builds.py      builds what is missing, exit status 0 when all four are there
 """
 from __future__ import annotations
 
@@ -39,8 +40,9 @@ from freeze import freeze_key  # noqa: E402
 
 
 def named(version: str) -> dict:
-    return {"this": OUT / f"rag-appliance-{version}-cpu.run", "previous": OUT / "rag-appliance-0.0.9-cpu.run",
-            "broken": OUT / "rag-appliance-9.9.9-broken-cpu.run", "version": version}
+    return {"this": OUT / f"rag-appliance-{version}-cpu.run", "lite": OUT / "lite" / f"rag-appliance-{version}-cpu.run",
+            "previous": OUT / "rag-appliance-0.0.9-cpu.run", "broken": OUT / "rag-appliance-9.9.9-broken-cpu.run",
+            "version": version}
 
 
 def inputs_key(models_dir: Path) -> str:
@@ -77,6 +79,7 @@ def build_all(models_dir: Path) -> None:
     tree = ROOT / "build" / "package" / "dist" / "appliance"
     with tempfile.TemporaryDirectory(prefix="test-models-") as work:
         previous = _models_without(models_dir, Path(work) / "previous", DEFAULT_MODEL)
+        _build(["--tree", str(tree), "--level", "1", "--models", str(previous), "--out", str(OUT / "lite")])
         _build(["--tree", str(tree), "--version", "0.0.9", "--level", "1", "--models", str(previous),
                 "--out", str(OUT)])
         broken = _models_without(models_dir, Path(work) / "broken", DEFAULT_MODEL, "smollm2")

@@ -4,6 +4,7 @@ answers `ready`. Seconds, where the real packages take a quarter of an hour (tes
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,10 @@ pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the installer i
 LAUNCHER = "#!/bin/sh\n# a stand-in for the launcher: `ready` succeeds, nothing serves\nexit 0\n"
 
 
-def _package(folder: Path, version: str = "1.0.0", marker: str = "good", level: int = 1) -> Path:
+def _package(folder: Path, version: str = "1.0.0", marker: str = "good", level: int = 1,
+             large: bool = False, lie_about: str = "") -> Path:
+    """large: with a file over the installer's 16 MiB line (hashed on its own); lie_about: that file's line in
+    SHA256SUMS is wrong (the payload's own hash, taken after, still matches)."""
     stage = folder / f"stage-{version}-{marker}"
     (stage / "bin").mkdir(parents=True)
     (stage / "bin" / "appliance").write_text(LAUNCHER)
@@ -32,7 +36,14 @@ def _package(folder: Path, version: str = "1.0.0", marker: str = "good", level: 
     (stage / "models").mkdir()
     (stage / "models" / "marker.txt").write_text(marker)
     (stage / "VERSION").write_text(f"{version} cpu\n")
+    if large:
+        (stage / "models" / "weights.bin").write_bytes(os.urandom(17 << 20))
     write_checksums(stage)
+    if lie_about:
+        sums = stage / "SHA256SUMS"
+        sums.write_text(re.sub(rf"^[0-9a-f]{{64}}(  {re.escape(lie_about)})$", "0" * 64 + r"\1", sums.read_text(),
+                               flags=re.M))
+        assert "0" * 64 in sums.read_text()
     folder.mkdir(parents=True, exist_ok=True)
     run_file = pack(stage, folder / f"rag-appliance-{version}-{marker}.run", version, "cpu", level)
     shutil.rmtree(stage)
@@ -82,17 +93,21 @@ def test_the_file_is_read_once_so_a_payload_swapped_after_the_check_is_not_insta
     swapped.write_bytes(header + packages["evil"].read_bytes()[_header_bytes(packages["evil"]):])
     tools = tmp_path / "bin"
     tools.mkdir()
-    real = shutil.which("sha256sum")
-    # sha256sum reading a stream (the payload's hash) swaps the file once it has read everything
-    (tools / "sha256sum").write_text(f"""#!/bin/sh
-if [ $# -eq 0 ]; then
-    {real}; status=$?
+    # the hasher reading a stream (the payload's hash: openssl's where installed, else sha256sum's) swaps the file
+    # once it has read everything
+    for tool, streaming in (("sha256sum", "$# -eq 0"), ("openssl", '$# -eq 3 ] && [ "$1" = dgst')):
+        real = shutil.which(tool)
+        if real is None:
+            continue
+        (tools / tool).write_text(f"""#!/bin/sh
+if [ {streaming} ]; then
+    {real} "$@"; status=$?
     cp {swapped} {package}.new && mv {package}.new {package}
     exit $status
 fi
 exec {real} "$@"
 """)
-    (tools / "sha256sum").chmod(0o755)
+        (tools / tool).chmod(0o755)
     prefix = tmp_path / "opt"
     env = {**os.environ, "PATH": f"{tools}:{os.environ['PATH']}"}
     done = _sh(package, "install", "--prefix", str(prefix), "--no-service", env=env)
@@ -134,6 +149,36 @@ def test_a_truncated_package_is_refused_and_a_service_install_needs_a_running_sy
         done = _sh(packages["good"], "install", "--prefix", str(prefix))
         assert done.returncode == 1 and "systemd is not running" in done.stderr and "--no-service" in done.stderr
         assert not prefix.exists()
+
+
+def _without_openssl(tmp_path: Path) -> dict:
+    """An environment whose PATH has every tool of the system's but openssl: the installer hashes with sha256sum."""
+    tools = tmp_path / "no-openssl"
+    tools.mkdir()
+    for folder in ("/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"):
+        for tool in Path(folder).glob("*") if Path(folder).is_dir() else ():
+            if tool.name != "openssl" and not (tools / tool.name).exists():
+                (tools / tool.name).symlink_to(tool)
+    return {**os.environ, "PATH": str(tools)}
+
+
+@pytest.mark.parametrize("hasher", ["openssl", "sha256sum"])
+def test_unpacked_files_are_checked_against_sha256sums_large_and_small(packages, tmp_path, hasher):
+    if hasher == "openssl" and shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    env = _without_openssl(tmp_path) if hasher == "sha256sum" else None
+    folder = packages["folder"]
+    large = _package(folder, marker="large", large=True)
+    prefix = tmp_path / "opt"
+    done = _sh(large, "install", "--prefix", str(prefix), "--no-service", env=env)
+    assert done.returncode == 0 and (prefix / "current" / "models" / "weights.bin").stat().st_size == 17 << 20, \
+        done.stderr
+    for lie in ("models/weights.bin", "models/marker.txt"):  # the large file, hashed alone; a small one
+        lying = _package(folder / lie.replace("/", "-"), version="1.0.1", marker="lying", large=True, lie_about=lie)
+        done = _sh(lying, "install", "--prefix", str(prefix), "--no-service", env=env)
+        assert done.returncode == 1 and "do not match SHA256SUMS" in done.stderr, done.stderr
+        assert os.readlink(prefix / "current") == "1.0.0" and not (prefix / "1.0.1").exists()
+        assert not list(prefix.glob(".incoming*"))
 
 
 @pytest.fixture

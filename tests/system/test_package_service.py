@@ -37,14 +37,14 @@ PREFIX, DATA_DIR, ETC = "/opt/rag-appliance", "/var/lib/rag-appliance", "/etc/ra
 @pytest.fixture
 def box(builds, tmp_path):
     assert CAN_RUN, (package_builds.MISSING_TOOLS, systemd_box.MISSING_TOOLS, os.geteuid())
-    booted = systemd_box.Box(tmp_path, {builds["this"].parent: "/packages"})
+    booted = systemd_box.Box(tmp_path, {package_builds.OUT: "/packages"})
     yield booted
     booted.stop()
 
 
 def _install(box: systemd_box.Box, package: Path, *args: str):
     started = time.monotonic()
-    done = box.run("sh", f"/packages/{package.name}", *args, timeout=1800)
+    done = box.run("sh", f"/packages/{package.relative_to(package_builds.OUT)}", *args, timeout=1800)
     return done, time.monotonic() - started
 
 
@@ -73,7 +73,8 @@ def _serving(box: systemd_box.Box, version: str) -> dict[str, str]:
 
 def _provision_settings(box: systemd_box.Box) -> None:
     """The box's settings written before the install, as a provisioning tool does it (the installer keeps them, as
-    on an upgrade): the first-install template with the engine on SmolLM2, which the package ships too. What the
+    on an upgrade): the first-install template with the engine on SmolLM2, which the package ships too (the test
+    installs "lite", this build without the default model's weights: package_builds.py). What the
     unit, the rollback and the keys do does not depend on the model, and this test boots the server three times (a
     frozen server's boot on 2 cores: ~50-60 s on SmolLM2, ~90 s on the default model). The default model answering
     from an installed package: test_package.py's offline test."""
@@ -87,7 +88,7 @@ def _provision_settings(box: systemd_box.Box) -> None:
 def test_service_install_starts_the_unit_rolls_back_a_broken_upgrade_and_keeps_data(builds, box):
     version = builds["version"]
     _provision_settings(box)
-    done, install_s = _install(box, builds["this"], "install")
+    done, install_s = _install(box, builds["lite"], "install")
     assert done.returncode == 0, done.stderr[-3000:] + box.journal(UNIT)[-3000:]
     assert "created the system user 'appliance'" in done.stderr and f"{version} is installed" in done.stderr
     assert f"settings kept: {ETC}/appliance.toml" in done.stderr, done.stderr[-3000:]
@@ -122,7 +123,7 @@ def test_service_install_starts_the_unit_rolls_back_a_broken_upgrade_and_keeps_d
     keyed = _driver(box, "keyed", added.stdout.strip())
     assert keyed == {"status": 200, "documents": [PDF.name], "without_key": 401}, keyed
 
-    removed, _ = _install(box, builds["this"], "uninstall")
+    removed, _ = _install(box, builds["lite"], "uninstall")
     assert removed.returncode == 0 and "kept the data" in removed.stderr, removed.stderr
     assert box.run("systemctl", "is-active", UNIT).stdout.strip() == "inactive"
     assert box.run("test", "-e", f"/etc/systemd/system/{UNIT}").returncode == 1
@@ -130,9 +131,9 @@ def test_service_install_starts_the_unit_rolls_back_a_broken_upgrade_and_keeps_d
     assert box.run("test", "-f", f"{ETC}/appliance.toml").returncode == 0
     # (uninstall then install keeping the data: test_package.py, the same installer path without the unit)
 
-    purged, _ = _install(box, builds["this"], "uninstall", "--purge")  # what the uninstall kept
+    purged, _ = _install(box, builds["lite"], "uninstall", "--purge")  # what the uninstall kept
     assert purged.returncode == 0 and "--purge" in purged.stderr, purged.stderr
-    nothing, _ = _install(box, builds["this"], "uninstall", "--purge")
+    nothing, _ = _install(box, builds["lite"], "uninstall", "--purge")
     assert nothing.returncode == 1 and "nothing is installed" in nothing.stderr, nothing.stderr
     for gone in (DATA_DIR, ETC, PREFIX, f"/etc/systemd/system/{UNIT}"):
         assert box.run("test", "-e", gone).returncode == 1, gone

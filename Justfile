@@ -141,6 +141,17 @@ bench-serving: bench-setup
 bench-parse: bench-setup
     {{py}} bench/parse.py
 
+# OCR: scanned copies of the SciFact and CMRC PDFs read by ours (PP-OCRv4 in the parse workers) and by Debian's
+# tesseract (installed here when missing): character error rate, pages/s, retrieval vs the text layer; bench/results/ocr.md.
+bench-ocr: setup
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if ! command -v tesseract >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tesseract-ocr \
+            tesseract-ocr-eng tesseract-ocr-chi-sim >/dev/null
+    fi
+    {{py}} bench/ocr.py
+
 # Conversations: follow-up retrieval by standalone-question mode (doc2dial), F1 against human rewrites (CAsT,
 # CANARD), answers against gold with and without history (real engines); writes bench/results/conversations.md.
 bench-conversations: setup

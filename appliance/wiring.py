@@ -97,7 +97,8 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
                           s.quota, BlobStore(s.files_dir))
         await library.open()
         cluster = await _open_cluster(s, library, stack) if s.cluster.boxes else None
-        parser = ParserPool(s.parse.workers, s.parse.timeout_s, s.parse.max_memory_mib, parse_limits(s.parse))
+        parser = ParserPool(s.parse.workers, s.parse.timeout_s, s.parse.max_memory_mib,
+                            parse_limits(s.parse, s.models_dir))
         stack.push_async_callback(parser.close)
         files = FileIngester(library, parser, s.chunking, s.parse.max_file_bytes)
         reindexer = Reindexer(library, s.index.reindex_per_tenant, s.index.reindex_queued)
@@ -143,9 +144,14 @@ async def _open_cluster(s: Settings, library: Library, stack: contextlib.AsyncEx
     return cluster
 
 
-def parse_limits(settings: ParseSettings) -> ParseLimits:
+def parse_limits(settings: ParseSettings, models_dir: Path) -> ParseLimits:
+    ocr = model_folder(models_dir, settings.ocr_model) if settings.ocr_model else None
+    if ocr is not None and not (ocr / "det.onnx").is_file():
+        log.warning("parse.ocr_model %r is not built in %s: scanned pages are refused (appliance models build)",
+                    settings.ocr_model, ocr)
+        ocr = None
     return ParseLimits(max_unpacked_bytes=settings.max_unpacked_bytes, max_parts=settings.max_parts,
-                       max_pages=settings.max_pages)
+                       max_pages=settings.max_pages, ocr_models=str(ocr or ""), max_ocr_pages=settings.max_ocr_pages)
 
 
 @contextlib.contextmanager

@@ -469,7 +469,7 @@ async def ingest(cases: list[FileCase], log) -> dict:
 
         # the parse stage alone: a pool like the server's, all files queued at once
         pool = ParserPool(settings.parse.workers, settings.parse.timeout_s, settings.parse.max_memory_mib,
-                          parse_limits(settings.parse))
+                          parse_limits(settings.parse, settings.models_dir))
         try:
             started = time.perf_counter()
             await pool.start()

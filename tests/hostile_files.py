@@ -12,13 +12,24 @@ CMRC_FILES = DATA / "cmrc_files" / "files"
 
 
 def scanned_pdf() -> bytes:
-    """A page that is only a picture (what a scanner makes): no text layer."""
-    from PIL import Image, ImageDraw
+    """A page that is only a picture (what a scanner makes) with nothing readable on it: no text layer, and OCR
+    finds none. A scan with text: `scan_of`."""
+    from PIL import Image
 
-    image = Image.new("RGB", (600, 800), "white")
-    ImageDraw.Draw(image).text((50, 50), "Scanned page: the words are pixels", fill="black")
+    image = Image.new("RGB", (600, 800), "white")  # a blank sheet fed to the scanner
     out = io.BytesIO()
     image.save(out, "PDF")
+    return out.getvalue()
+
+
+def scan_of(pdf: bytes, pages: int = 1, dpi: int = 200) -> bytes:
+    """The PDF's first `pages` pages rendered to grey images at `dpi`, saved as an image-only PDF: a scan of it."""
+    import pypdfium2 as pdfium
+
+    doc = pdfium.PdfDocument(pdf)
+    images = [doc[i].render(scale=dpi / 72).to_pil().convert("L") for i in range(min(pages, len(doc)))]
+    out = io.BytesIO()
+    images[0].save(out, "PDF", resolution=dpi, save_all=True, append_images=images[1:])
     return out.getvalue()
 
 

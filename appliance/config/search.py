@@ -115,6 +115,14 @@ class ParseSettings:
         why="what an Office file's parts add up to once unpacked")
     max_parts: int = setting(10_000, above=0, why="parts in an Office file")
     max_pages: int = setting(5_000, above=0, why="pages (or slides) of one file")
+    ocr_model: str = setting(
+        "ppocr-v4",
+        why='the built model (models_dir/build/<name>) that reads PDF pages without a text layer (scans); "" reads '
+            "none (such a file is refused: no_text_layer)")
+    max_ocr_pages: int = setting(
+        20, above=0,
+        why="pages of one file read by OCR, a few seconds each on one core within timeout_s: a file with more is "
+            "refused (too_large)")
 
 
 MAX_FUSION_WEIGHT = 10.0  # the most a list's weight in RRF may be, in the settings or a partition's own

@@ -66,6 +66,7 @@ class FileOutcome:
     pages: int | None = None
     sha256: str | None = None
     error: FileError | None = None
+    ocr_pages: tuple[int, ...] | None = None  # pages read by OCR when this request parsed it; None: not parsed now
 
 
 @dataclass(slots=True)
@@ -109,6 +110,7 @@ class FileIngester:
                                           doc.file.pages if doc else None, digests[i])
         todo = [i for i in range(len(files)) if i not in outcomes]
         prepared: dict[int, NewDocument] = {}
+        ocr_pages: dict[int, tuple[int, ...]] = {}
         # the pool serves tenants in turn, so 100 slow files from one tenant delay another tenant's file by about one
         # job per worker; one request queues at most `workers` files, so a tenant's own requests take turns too
         turns = asyncio.Semaphore(self.parser.workers)
@@ -118,13 +120,14 @@ class FileIngester:
                 outcomes[i] = FileOutcome(files[i].name, files[i].key, error=FileError(result.code, result.message))
             else:
                 prepared[i] = await asyncio.to_thread(self._prepare, files[i], digests[i], sizes[i], result)
+                ocr_pages[i] = result.ocr_pages
         written = await self._write(tenant, partition, prepared, files, kind, wait, wait_timeout_s, language,
                                     on_stored)
         statuses = {d.key: d for d in written.documents}
         for i, doc in prepared.items():
             status = statuses[doc.key]
             outcomes[i] = FileOutcome(files[i].name, doc.key, status.status, status.chunks, doc.file.format,
-                                      doc.file.pages, digests[i])
+                                      doc.file.pages, digests[i], ocr_pages=ocr_pages[i])
         return FilesResult(tenant, partition, written.version, written.indexed_version,
                            [outcomes[i] for i in range(len(files))], written.index_error, written.seq)
 

@@ -14,8 +14,10 @@ _PDF_WINDOW = 1024  # readers accept junk before %PDF- in the first KiB
 _PDF_HEADER = re.compile(rb"%PDF-[12]\.\d")
 _ZIP = b"PK\x03\x04"
 _UTF16_32_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
+_IMAGES = ((b"\x89PNG\r\n\x1a\n", Format.PNG), (b"\xff\xd8\xff", Format.JPEG), (b"II*\x00", Format.TIFF),
+           (b"MM\x00*", Format.TIFF))
 # Binary formats whose first bytes carry no NUL and so could pass for text.
-_BINARY_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1",
+_BINARY_MAGIC = (b"GIF87a", b"GIF89a", b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1",
                  b"\x1f\x8b", b"7z\xbc\xaf\x27\x1c", b"Rar!\x1a\x07", b"\xfd7zXZ\x00", b"\x28\xb5\x2f\xfd",
                  b"{\\rtf", b"%!PS", b"\x7fELF", b"PK\x05\x06", b"PK\x07\x08")
 _TEXT_WINDOW = 65536  # characters the text heuristics look at
@@ -40,7 +42,7 @@ _QUOTE = re.compile(r"^ {0,3}> ?\S", re.M)
 
 
 def detect_format(data: bytes) -> Format | None:
-    """The format of `data`, or None when it is none we parse (images, archives, old .doc, binary junk).
+    """The format of `data`, or None when it is none we parse (GIFs, archives, old .doc, binary junk).
 
     Raises ParseError(CORRUPT) for a zip that cannot be opened: it claims to be an Office file but is damaged.
     """
@@ -48,6 +50,9 @@ def detect_format(data: bytes) -> Format | None:
         return Format.PDF
     if data.startswith(_ZIP):
         return _office_format(data)
+    for magic, image in _IMAGES:
+        if data.startswith(magic):
+            return image
     if data.startswith(_BINARY_MAGIC) or _looks_binary(data):
         return None
     try:

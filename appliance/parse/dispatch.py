@@ -12,10 +12,13 @@ from .document import Format, ParsedDocument, ParseError, ParseErrorCode, ParseL
 # Each module has `parse(data: bytes, limits: ParseLimits) -> ParsedDocument`; imported on first use, so a format's
 # libraries load only in the processes that meet such a file.
 _MODULES = {Format.PDF: "pdf", Format.DOCX: "docx", Format.PPTX: "pptx", Format.HTML: "html",
-            Format.MARKDOWN: "markdown", Format.TEXT: "text"}
+            Format.MARKDOWN: "markdown", Format.TEXT: "text", Format.PNG: "image", Format.JPEG: "image",
+            Format.TIFF: "image"}
 _NAMES = {Format.PDF: "PDF", Format.DOCX: "Word (DOCX)", Format.PPTX: "PowerPoint (PPTX)", Format.HTML: "HTML",
-          Format.MARKDOWN: "Markdown", Format.TEXT: "text"}
-_SUPPORTED = "supported: PDF, DOCX, PPTX, HTML, Markdown, plain text"
+          Format.MARKDOWN: "Markdown", Format.TEXT: "text", Format.PNG: "PNG image", Format.JPEG: "JPEG image",
+          Format.TIFF: "TIFF image"}
+_SUPPORTED = "supported: PDF, DOCX, PPTX, HTML, Markdown, plain text, PNG/JPEG/TIFF images (OCR)"
+_IMAGES = (Format.PNG, Format.JPEG, Format.TIFF)
 
 
 def parse_bytes(data: bytes, limits: ParseLimits = ParseLimits()) -> ParsedDocument:
@@ -56,8 +59,9 @@ def _checked(doc: ParsedDocument, fmt: Format, limits: ParseLimits) -> ParsedDoc
         raise ParseError(ParseErrorCode.TOO_LARGE, f"the document's text is {chars} characters "
                                                    f"(limit {limits.max_chars})")
     if not any(block.text.strip() for block in doc.blocks):
-        if fmt is Format.PDF:
-            raise ParseError(ParseErrorCode.NO_TEXT_LAYER, "no text layer: needs OCR (scanned pages)")
+        if fmt is Format.PDF or fmt in _IMAGES:
+            raise ParseError(ParseErrorCode.NO_TEXT_LAYER, "no text: OCR found none on the "
+                                                           f"{'pages' if fmt is Format.PDF else 'image'}")
         raise ParseError(ParseErrorCode.EMPTY, f"empty document: the {_NAMES[fmt]} file has no text")
     return doc
 
@@ -67,8 +71,8 @@ def _describe(data: bytes) -> str:
         return "a zip archive that is not a DOCX or PPTX file"
     if data.startswith(b"\xd0\xcf\x11\xe0"):
         return "an old Office file (.doc/.ppt/.xls); save it as DOCX or PPTX"
-    if data.startswith((b"\x89PNG", b"\xff\xd8\xff", b"GIF8")):
-        return "an image"
+    if data.startswith(b"GIF8"):
+        return "a GIF image (PNG, JPEG and TIFF images are read by OCR)"
     return "binary or undecodable content"
 
 

@@ -12,6 +12,9 @@ class Format(StrEnum):
     HTML = "html"
     MARKDOWN = "markdown"
     TEXT = "text"
+    PNG = "png"  # images: their text read by OCR
+    JPEG = "jpeg"
+    TIFF = "tiff"
 
 
 MEDIA_TYPES = {
@@ -21,6 +24,9 @@ MEDIA_TYPES = {
     Format.HTML: "text/html",
     Format.MARKDOWN: "text/markdown",
     Format.TEXT: "text/plain",
+    Format.PNG: "image/png",
+    Format.JPEG: "image/jpeg",
+    Format.TIFF: "image/tiff",
 }
 
 # Bumped when a parser's output changes: documents parsed by an older version are parsed again by `reindex`.
@@ -46,6 +52,7 @@ class ParsedDocument:
     blocks: list[Block] = field(default_factory=list)
     pages: int | None = None  # PDF pages, PPTX slides
     encoding: str | None = None  # text formats: the encoding the bytes were decoded from
+    ocr_pages: tuple[int, ...] = ()  # pages (1-based) whose text was read from their image: scans, photos
 
     @property
     def text(self) -> str:
@@ -83,3 +90,6 @@ class ParseLimits:
     max_ratio: int = 200  # uncompressed / compressed, per part and for the whole archive
     max_pages: int = 5_000
     max_chars: int = 50_000_000  # text extracted from one file
+    ocr_models: str = ""  # the OCR models' folder (det.onnx, rec.onnx); "" reads no page images
+    max_ocr_pages: int = 20  # pages of one file read from their image (a few seconds each on one core)
+    max_image_pixels: int = 60_000_000  # an image's width x height, checked before it is decoded (image bombs)

@@ -17,6 +17,7 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as raw
 
 from .document import Block, Format, ParsedDocument, ParseError, ParseErrorCode, ParseLimits
+from .ocr import OCR_RENDER_SIDE, layout_lines, reader
 from .pdf_layout import Line, Paragraph, assemble_paragraphs
 from .text import NO_SPACE_CHARS
 
@@ -31,6 +32,7 @@ _JUNK = re.compile("[\ufffd\ue000-\uf8ff\x00-\x1f]")  # what glyphs without a Un
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _NOT_ALNUM = re.compile(r"[\W_]+")
 _MAX_BOOKMARKS = 10_000
+_MIN_PAGE_CHARS = 10  # fewer visible characters on a page (a stamp, a page number): its image is read instead
 _SAMPLES = 5  # characters per line whose geometry is read: a median of a few resists sub- and superscripts
 _HEADING_RATIO = 1.15
 _MAX_HEADING_CHARS, _MAX_HEADING_LINES = 300, 6
@@ -58,18 +60,25 @@ def parse(data: bytes, limits: ParseLimits) -> ParsedDocument:
         bookmarks = _bookmarks(doc)
         lines: list[Line] = []
         chars = 0
+        ocr_pages: list[int] = []
         for index in range(pages):
             page_lines = _page_lines(doc, index)
+            if limits.ocr_models and not _has_text(page_lines):
+                if len(ocr_pages) >= limits.max_ocr_pages:
+                    raise ParseError(ParseErrorCode.TOO_LARGE, f"PDF has over {limits.max_ocr_pages} pages without "
+                                                               "a text layer (the most read by OCR in one file)")
+                page_lines = _ocr_lines(doc, index, limits)
+                ocr_pages.append(index + 1)
             chars += sum(len(line.text) for line in page_lines)
             if chars > limits.max_chars:
                 raise ParseError(ParseErrorCode.TOO_LARGE, f"PDF text over {limits.max_chars} characters")
             lines.extend(page_lines)
     finally:
         doc.close()
-    _check_text_layer(lines)
+    _check_text_layer(lines, read_images=bool(limits.ocr_models))
     paragraphs = assemble_paragraphs(lines)
     title, blocks = _blocks(paragraphs, meta_title, bookmarks)
-    return ParsedDocument(Format.PDF, title, blocks, pages=pages)
+    return ParsedDocument(Format.PDF, title, blocks, pages=pages, ocr_pages=tuple(ocr_pages))
 
 
 def _open(data: bytes) -> pdfium.PdfDocument:
@@ -198,11 +207,38 @@ def _fix_surrogates(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace") if _SURROGATE.search(text) else text
 
 
-def _check_text_layer(lines: list[Line]) -> None:
+def _has_text(lines: list[Line]) -> bool:
+    """A text layer worth reading: a few visible characters, most of them mapped to Unicode."""
     text = "".join(line.text for line in lines)
     visible = len(text) - text.count(" ")
+    return visible >= _MIN_PAGE_CHARS and len(_JUNK.findall(text)) <= 0.5 * visible
+
+
+def _ocr_lines(doc: pdfium.PdfDocument, index: int, limits: ParseLimits) -> list[Line]:
+    """The page rendered at ~2000 px on its long side and read by OCR, as lines in the page's own units."""
+    page = doc[index]
+    try:
+        width, height = page.get_size()
+        scale = OCR_RENDER_SIDE / max(width, height, 1.0)
+        bitmap = page.render(scale=scale, rev_byteorder=True)  # RGB
+        try:
+            image = bitmap.to_numpy()[:, :, :3]
+            return layout_lines(reader(limits.ocr_models).read(image), index + 1, scale, image.shape[0])
+        finally:
+            bitmap.close()
+    finally:
+        page.close()
+
+
+def _check_text_layer(lines: list[Line], read_images: bool) -> None:
+    text = "".join(line.text for line in lines)
+    visible = len(text) - text.count(" ")
+    if visible == 0 and read_images:
+        raise ParseError(ParseErrorCode.NO_TEXT_LAYER, "no text: the pages have no text layer and OCR found no "
+                                                       "text on their images")
     if visible == 0:
-        raise ParseError(ParseErrorCode.NO_TEXT_LAYER, "no text layer: needs OCR (scanned pages)")
+        raise ParseError(ParseErrorCode.NO_TEXT_LAYER, "no text layer: needs OCR (scanned pages; parse.ocr_model "
+                                                       "is off)")
     if len(_JUNK.findall(text)) > 0.5 * visible:
         raise ParseError(ParseErrorCode.NO_TEXT_LAYER, "no text layer: the text has no Unicode mapping "
                                                        "(fonts without ToUnicode); needs OCR")

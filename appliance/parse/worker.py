@@ -43,6 +43,8 @@ def main(sock: socket.socket, function: ParseFunction | None, limits: ParseLimit
     if function is None:
         from .dispatch import parse_bytes as function
     _warm_up()
+    if limits.ocr_models:
+        _preload_ocr(limits.ocr_models)
     _drop_privileges()  # after the imports, which read the installation; before the first hostile byte
     unconfined = confine(installation_folders())
     if unconfined:
@@ -67,6 +69,17 @@ def _warm_up() -> None:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - a parser that cannot import fails its own jobs, with a reason
             pass
+
+
+def _preload_ocr(models_dir: str) -> None:
+    """The OCR graphs read while the models folder is still within reach; if they cannot be, scanned pages fail
+    their own jobs with the reason."""
+    from .ocr import reader
+
+    try:
+        reader(models_dir).preload()
+    except (OSError, ImportError) as exc:
+        print(f"appliance parser: the OCR models could not be read: {exc}", file=sys.stderr)
 
 
 def _drop_privileges() -> None:

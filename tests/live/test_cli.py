@@ -347,7 +347,7 @@ def test_ingest_reports_every_bad_file_and_stores_the_rest(tmp_path, models_dir)
     errors = {line.split()[1]: line.split()[2] for line in first.stdout.splitlines() if line.startswith("error")}
     assert first.returncode == 1, first.stderr
     assert errors == {"cut.docx": "corrupt_file:", "bomb.docx": "too_large:", "scan.pdf": "no_text_layer:",
-                      "photo.png": "unsupported_format:", "huge.txt": "too_large:"}, first.stdout
+                      "photo.png": "no_text_layer:", "huge.txt": "too_large:"}, first.stdout
     assert first.stdout.splitlines()[-1] == "1 created, 5 error"
     assert second.stdout.splitlines()[-1] == "5 error, 1 unchanged", second.stdout
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 import json
 import time
 
 import httpx
+import pypdfium2 as pdfium
 import pytest
 
-from hostile_files import (CMRC_FILES, SCIFACT_FILES, encrypted_pdf, many_parts_docx, png, scanned_pdf, truncated,
-                           zip_bomb_docx)
+from hostile_files import (CMRC_FILES, SCIFACT_FILES, encrypted_pdf, many_parts_docx, png, scan_of, scanned_pdf,
+                           truncated, zip_bomb_docx)
 from support import DATA, LiveServer, make_settings, write_keys
 
 MANIFEST = dict(line.split("\t")[1:] for line in (DATA / "scifact_files" / "manifest.tsv").read_text().splitlines()[1:])
@@ -73,7 +75,7 @@ def test_every_format_in_one_request_bad_files_refused_one_by_one(live, tmp_path
         assert by_name[path.name]["chunks"] >= 1
     errors = {name: by_name[name]["error"]["code"] for name in bad}
     assert errors == {"scan.pdf": "no_text_layer", "locked.pdf": "encrypted", "bomb.docx": "too_large",
-                      "parts.docx": "too_large", "cut.docx": "corrupt_file", "photo.png": "unsupported_format",
+                      "parts.docx": "too_large", "cut.docx": "corrupt_file", "photo.png": "no_text_layer",
                       "huge.txt": "too_large"}
     assert "OCR" in by_name["scan.pdf"]["error"]["message"]
     assert by_name[GOOD[0].name]["format"] == "pdf" and by_name[GOOD[0].name]["pages"] >= 1
@@ -81,6 +83,30 @@ def test_every_format_in_one_request_bad_files_refused_one_by_one(live, tmp_path
     assert set(listing) == {"note"} | {p.name for p in GOOD}
     assert listing["note"]["file"] is None
     assert listing[GOOD[2].name]["file"]["format"] == "docx" and listing[GOOD[2].name]["metadata"] == {"team": "lab"}
+
+
+def test_a_scanned_pdf_and_a_photographed_page_are_read_by_ocr_and_cited_by_page(live):
+    """Image-only uploads (a scan of a real two-page SciFact PDF, a PNG of a CMRC page): stored with the pages whose
+    text came from OCR, found by a question on that text, cited with their page."""
+    pdf = SCIFACT_FILES / "10029970.pdf"
+    photo = io.BytesIO()
+    pdfium.PdfDocument((CMRC_FILES / "DEV_1.pdf").read_bytes())[0].render(scale=2).to_pil().save(photo, "PNG")
+    with live.client() as c:
+        reply = _upload(c, [("cdd-scan.pdf", scan_of(pdf.read_bytes(), pages=2))], partition="scans")
+        photographed = _upload(c, [("gong.png", photo.getvalue())], partition="scans-zh")
+        english = c.post("/v1/search", json={"query": "Conserved Domain Database protein annotation",
+                                             "partitions": ["scans"], "k": 1}).json()["results"]
+        chinese = c.post("/v1/search", json={"query": "锣鼓经是什么记谱方法", "partitions": ["scans-zh"],
+                                             "k": 1}).json()["results"]
+        original = c.get("/v1/documents/gong.png/file", params={"partition": "scans-zh"})
+    assert reply.status_code == 200 and photographed.status_code == 200, (reply.text, photographed.text)
+    (scan,), (image,) = reply.json()["files"], photographed.json()["files"]
+    assert scan["status"] == "created" and scan["pages"] == 2 and scan["ocr_pages"] == [1, 2], scan
+    assert image["status"] == "created" and image["format"] == "png" and image["ocr_pages"] == [1], image
+    assert english[0]["document_id"] == "cdd-scan.pdf" and english[0]["page"] == 1
+    assert english[0]["citation"].startswith("cdd-scan.pdf, p. 1"), english[0]
+    assert chinese[0]["document_id"] == "gong.png" and "锣鼓" in chinese[0]["text"], chinese[0]
+    assert original.status_code == 200 and original.headers["content-type"] == "image/png"
 
 
 def test_search_results_cite_file_page_and_original_comes_back(live):
@@ -155,11 +181,12 @@ def test_same_file_again_is_unchanged_changed_bytes_update_and_delete_drops_the_
 
 def test_a_request_whose_every_file_failed_says_why_with_the_right_status(live):
     with live.client() as c:
-        unsupported = _upload(c, [("a.png", png()), ("b.bin", bytes(range(256)) * 8)], partition="none")
+        unsupported = _upload(c, [("a.gif", b"GIF89a" + bytes(64)), ("b.bin", bytes(range(256)) * 8)],
+                              partition="none")
         too_large = _upload(c, [("big.txt", b"x " * 1_100_000)], partition="none")
         mixed = _upload(c, [("a.png", png()), ("scan.pdf", scanned_pdf())], partition="none")
         listing = c.get("/v1/documents", params={"partition": "none"})
-    assert unsupported.status_code == 415 and "PDF (with a text layer)" in unsupported.json()["supported"]
+    assert unsupported.status_code == 415 and "PNG, JPEG and TIFF images (read by OCR)" in unsupported.json()["supported"]
     assert too_large.status_code == 413 and too_large.json()["files"][0]["error"]["code"] == "too_large"
     assert mixed.status_code == 422
     assert listing.status_code == 404, "no partition was created for requests that stored nothing"

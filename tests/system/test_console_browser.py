@@ -17,6 +17,7 @@ import pytest
 
 from appliance.grounding import says_not_covered
 from browser import launched, watched
+from hostile_files import scan_of
 from support import LiveServer, make_settings
 from test_parse_pdf_text import make_pdf
 
@@ -97,6 +98,35 @@ def test_a_pdf_uploaded_in_the_page_is_searchable_and_its_original_opens(open_bo
         hits = c.post("/v1/search", json={"tenant": "default", "query": "longest river in France",
                                           "partitions": ["papers"]}).json()["results"]
     assert hits[0]["document_id"] == "europe.pdf" and hits[0]["page"] == 2 and hits[0]["section"] == ["Rivers"]
+
+
+HARBOURS = make_pdf([[(20, 72, 720, "Harbours of the North Sea"),
+                      (14, 72, 680, "Hamburg lies on the river Elbe, a hundred kilometres from the sea.")],
+                     [(20, 72, 720, "Cargo"), (14, 72, 680, "Rotterdam handles the most cargo of any port in Europe.")]],
+                    title="Harbour notes")
+
+
+def test_a_scanned_pdf_uploaded_in_the_page_is_read_by_ocr_and_cited_with_its_page(open_box, browser, tmp_path):
+    scan = tmp_path / "harbours-scan.pdf"
+    scan.write_bytes(scan_of(HARBOURS, pages=2))  # images only: no text layer left
+    with watched(browser, open_box.url) as w:
+        w.open("documents")
+        page = w.page
+        page.fill("#upload-partition", "scans")
+        page.set_input_files("#upload-files", str(scan))
+        page.click("form.upload button[type=submit]")
+        page.wait_for_selector("li.ok[data-file='harbours-scan.pdf']", timeout=180_000)
+        stored = page.locator("li[data-file='harbours-scan.pdf']").inner_text()
+        assert "2 pages" in stored and "text read by OCR (pages 1-2)" in stored, stored
+        w.open("ask")
+        page.fill("#ask-input", "Which port handles the most cargo in Europe?")
+        page.click("form.ask button[type=submit]")
+        page.wait_for_selector(".msg.assistant .route")
+        page.click(".msg.assistant .sources button")  # the first source: the scan's second page
+        passage = page.locator(".passage").inner_text()
+        citation = page.locator(".passage [data-citation]").inner_text()
+        assert "Rotterdam" in passage and "harbours-scan.pdf" in citation and "page 2" in citation, citation
+        w.shot("scan", tmp_path)
 
 
 def test_a_document_deleted_in_the_page_is_gone(open_box, browser):

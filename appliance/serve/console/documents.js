@@ -118,6 +118,16 @@ function uploadForm(done) {
     xhr.send(data);
   }
 
+  function ocrPages(pages) {  // [1, 2, 3, 7] -> "pages 1-3, 7"; [4] -> "page 4"
+    if (pages.length === 1) return `page ${pages[0]}`;
+    const runs = [];
+    for (const p of pages) {
+      const last = runs[runs.length - 1];
+      if (last && p === last[1] + 1) last[1] = p; else runs.push([p, p]);
+    }
+    return "pages " + runs.map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(", ");
+  }
+
   async function finish(xhr) {
     submit.disabled = false;
     progress.value = 100;
@@ -130,7 +140,8 @@ function uploadForm(done) {
     const items = body?.files || [];
     const lines = items.map((f) => el("li", { class: f.error ? "error" : "ok", "data-file": f.file },
       f.error ? `${f.file}: not stored — ${f.error.message}` :
-        `${f.file}: ${f.status}, ${f.chunks} chunks${f.pages ? `, ${f.pages} pages` : ""} (id ${f.id})`));
+        `${f.file}: ${f.status}, ${f.chunks} chunks${f.pages ? `, ${f.pages} pages` : ""}` +
+        `${f.ocr_pages?.length ? `, text read by OCR (${ocrPages(f.ocr_pages)})` : ""} (id ${f.id})`));
     const head = xhr.status === 200 ? "Stored and searchable." :
       xhr.status === 202 ? `Stored; indexing continues${body?.index_error ? `: ${body.index_error}` : ""}.` :
         inWords(xhr.status, body?.error?.code || "", body?.error?.message || "", xhr.getResponseHeader("Retry-After"));

@@ -186,6 +186,8 @@ def files_json(r: FilesResult) -> dict[str, Any]:
             item["error"] = {"code": str(f.error.code), "message": f.error.message}
         else:
             item.update(status=f.status, chunks=f.chunks, format=f.format, pages=f.pages, sha256=f.sha256)
+            if f.ocr_pages is not None:  # parsed by this request: which pages' text came from their image
+                item["ocr_pages"] = list(f.ocr_pages)
         files.append(item)
     body: dict[str, Any] = {"tenant": r.tenant, "partition": r.partition, "version": r.version,
                             "indexed_version": r.indexed_version, "indexed": r.indexed, "files": files}

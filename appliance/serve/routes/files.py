@@ -24,8 +24,8 @@ from ..uploads.spool import SpooledUpload
 if TYPE_CHECKING:
     from ...wiring import Services
 
-SUPPORTED = ["PDF (with a text layer)", "DOCX", "PPTX", "HTML", "Markdown", "plain text (UTF-8, UTF-16, GB18030, "
-             "Big5 and other common encodings)"]
+SUPPORTED = ["PDF (scanned pages read by OCR)", "DOCX", "PPTX", "HTML", "Markdown", "plain text (UTF-8, UTF-16, "
+             "GB18030, Big5 and other common encodings)", "PNG, JPEG and TIFF images (read by OCR)"]
 # A request whose every file failed answers with the failure's status: 415 for formats not supported, 413 for
 # files past a limit, 409 for an id given twice; 422 for a file that could not be read (or for mixed reasons).
 _STATUS = {ParseErrorCode.UNSUPPORTED: 415, ParseErrorCode.TOO_LARGE: 413, "duplicate_id": 409}
@@ -82,7 +82,8 @@ async def _store_upload(request: Request, services: Services, spooled: SpooledUp
 
 # A download is named for the format its bytes were read as, never for the name its uploader chose (.hta, .exe)
 EXTENSIONS = {Format.PDF: ".pdf", Format.DOCX: ".docx", Format.PPTX: ".pptx", Format.HTML: ".html",
-              Format.MARKDOWN: ".md", Format.TEXT: ".txt"}
+              Format.MARKDOWN: ".md", Format.TEXT: ".txt", Format.PNG: ".png", Format.JPEG: ".jpg",
+              Format.TIFF: ".tiff"}
 
 
 def _format_of(value: str) -> Format | None:

@@ -120,9 +120,9 @@ class ParseSettings:
         why='the built model (models_dir/build/<name>) that reads PDF pages without a text layer (scans); "" reads '
             "none (such a file is refused: no_text_layer)")
     max_ocr_pages: int = setting(
-        20, above=0,
-        why="pages of one file read by OCR, a few seconds each on one core within timeout_s: a file with more is "
-            "refused (too_large)")
+        10, above=0,
+        why="pages of one file read by OCR (a file with more is refused: too_large); each takes seconds of one core "
+            "(bench/results/ocr.md) within timeout_s: raise both for longer scans")
 
 
 MAX_FUSION_WEIGHT = 10.0  # the most a list's weight in RRF may be, in the settings or a partition's own

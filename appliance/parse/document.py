@@ -91,5 +91,5 @@ class ParseLimits:
     max_pages: int = 5_000
     max_chars: int = 50_000_000  # text extracted from one file
     ocr_models: str = ""  # the OCR models' folder (det.onnx, rec.onnx); "" reads no page images
-    max_ocr_pages: int = 20  # pages of one file read from their image (a few seconds each on one core)
+    max_ocr_pages: int = 10  # pages of one file read from their image (seconds each on one core)
     max_image_pixels: int = 60_000_000  # an image's width x height, checked before it is decoded (image bombs)

@@ -11,7 +11,8 @@ scanner makes it; the text layer is gone. Steps, one after another so no two com
    processes), all scans queued at once; tesseract on each page image (`-l eng` / `chi_sim`, its default page
    segmentation), 2 processes at a time with one thread each. Pages/s = pages / wall time on the 2 cores.
    Character error rate: edit distance between the OCR text and the fixture's own text layer (both parsed by
-   `parse_bytes`, whitespace removed, NFKC) over the reference's length; mean over files.
+   `parse_bytes`, title and text, whitespace removed, NFKC) over the reference's length; mean over files. Reading
+   order counts: a block read out of order costs its length twice.
 2. Retrieval: `appliance.evaluate.evaluate_retrieval` on the original PDFs, on the scans (parsed, so read by our
    OCR), and on tesseract's text (as .txt files), each with the queries that have a judged document among the
    files: nDCG@10 and recall@100 (same settings, same run).
@@ -103,6 +104,11 @@ def edit_distance(a: str, b: str) -> int:
     return int(row[-1])
 
 
+def _whole_text(doc) -> str:
+    """The title (which blocks leave out when a heading became it) and the text: what the page shows."""
+    return f"{doc.title}\n{doc.text}"
+
+
 def cer(reference: str, text: str) -> float:
     ref, hyp = squeeze(reference), squeeze(text)
     return edit_distance(ref, hyp) / max(1, len(ref))
@@ -116,7 +122,7 @@ def load_cases(limit: int, log) -> list[dict]:
             original = path.read_bytes()
             image_pdf, pngs = scan(original)
             cases.append({"dataset": dataset, "id": path.stem, "original": original, "scan": image_pdf,
-                          "pngs": pngs, "reference": parse_bytes(original).text})
+                          "pngs": pngs, "reference": _whole_text(parse_bytes(original))})
         log(f"  {dataset}: {len(pdfs)} PDFs scanned at {DPI} dpi "
             f"({sum(len(c['pngs']) for c in cases if c['dataset'] == dataset)} pages)")
     return cases
@@ -135,7 +141,7 @@ async def read_ours(cases: list[dict], log) -> dict:
     finally:
         await pool.close()
     for case, doc in zip(cases, docs):
-        case["ours"] = "" if isinstance(doc, BaseException) else doc.text
+        case["ours"] = "" if isinstance(doc, BaseException) else _whole_text(doc)
         case["ours_error"] = repr(doc) if isinstance(doc, BaseException) else None
     log(f"  ours: {wall:.1f} s, {sum(isinstance(d, BaseException) for d in docs)} failed")
     return {"wall_s": wall, "workers": 2}

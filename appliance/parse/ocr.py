@@ -117,18 +117,21 @@ def reader(models_dir: str) -> PageReader:
     return PageReader(Path(models_dir))
 
 
-def layout_lines(lines: list[Line], page: int, scale: float, height_px: int) -> list[pdf_layout.Line]:
+def layout_lines(lines: list[Line], page: int, scale: float, height_px: int,
+                 body_size: float | None = None) -> list[pdf_layout.Line]:
     """OCR lines as the PDF layout's lines (units of 1/scale px, y upwards), so that paragraphs, headings and page
     furniture are found by the same rules as in a text layer. Sizes are per page, relative to its body (the lower
-    median box height) at a nominal `_BODY_SIZE`: pages scanned at other resolutions compare, and a line counts as
+    median box height) at `body_size` (the text layer's, in a document that has one): pages scanned at other
+    resolutions compare, and a line counts as
     larger only past 30 % (a box's height varies with its letters: descenders, capitals). Its middle stands for the
     baseline, which its letters do not move."""
+    body_size = body_size or _BODY_SIZE
     heights = sorted(line.box[3] - line.box[1] for line in lines)
     body = max(1, heights[(len(heights) - 1) // 2]) if heights else 1
     laid = []
     for line in lines:
         x0, y0, x1, y1 = line.box
-        size = _BODY_SIZE if abs((y1 - y0) - body) <= 0.3 * body else _BODY_SIZE * (y1 - y0) / body
+        size = body_size if abs((y1 - y0) - body) <= 0.3 * body else body_size * (y1 - y0) / body
         laid.append(pdf_layout.Line(line.text, page, size, (height_px - (y0 + y1) / 2) / scale, x0 / scale,
                                     x1 / scale, False))
     return laid

@@ -33,6 +33,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _NOT_ALNUM = re.compile(r"[\W_]+")
 _MAX_BOOKMARKS = 10_000
 _MIN_PAGE_CHARS = 10  # fewer visible characters on a page (a stamp, a page number): its image is read instead
+_MAX_PAGE_OBJECTS = 10_000  # objects looked at for an image on one page (hostile pages hold millions)
 _SAMPLES = 5  # characters per line whose geometry is read: a median of a few resists sub- and superscripts
 _HEADING_RATIO = 1.15
 _MAX_HEADING_CHARS, _MAX_HEADING_LINES = 300, 6
@@ -58,21 +59,17 @@ def parse(data: bytes, limits: ParseLimits) -> ParsedDocument:
             raise ParseError(ParseErrorCode.EMPTY, "PDF has no pages")
         meta_title = _meta_title(doc)
         bookmarks = _bookmarks(doc)
-        lines: list[Line] = []
+        per_page: list[list[Line]] = []
         chars = 0
-        ocr_pages: list[int] = []
         for index in range(pages):
-            page_lines = _page_lines(doc, index)
-            if limits.ocr_models and not _has_text(page_lines):
-                if len(ocr_pages) >= limits.max_ocr_pages:
-                    raise ParseError(ParseErrorCode.TOO_LARGE, f"PDF has over {limits.max_ocr_pages} pages without "
-                                                               "a text layer (the most read by OCR in one file)")
-                page_lines = _ocr_lines(doc, index, limits)
-                ocr_pages.append(index + 1)
-            chars += sum(len(line.text) for line in page_lines)
+            per_page.append(_page_lines(doc, index))
+            chars += sum(len(line.text) for line in per_page[-1])
             if chars > limits.max_chars:
                 raise ParseError(ParseErrorCode.TOO_LARGE, f"PDF text over {limits.max_chars} characters")
-            lines.extend(page_lines)
+        ocr_pages = _read_images(doc, per_page, limits) if limits.ocr_models else []
+        lines = [line for page_lines in per_page for line in page_lines]
+        if sum(len(line.text) for line in lines) > limits.max_chars:
+            raise ParseError(ParseErrorCode.TOO_LARGE, f"PDF text over {limits.max_chars} characters")
     finally:
         doc.close()
     _check_text_layer(lines, read_images=bool(limits.ocr_models))
@@ -214,7 +211,32 @@ def _has_text(lines: list[Line]) -> bool:
     return visible >= _MIN_PAGE_CHARS and len(_JUNK.findall(text)) <= 0.5 * visible
 
 
-def _ocr_lines(doc: pdfium.PdfDocument, index: int, limits: ParseLimits) -> list[Line]:
+def _read_images(doc: pdfium.PdfDocument, per_page: list[list[Line]], limits: ParseLimits) -> list[int]:
+    """OCR for the pages that show an image and have no text layer worth reading; their lines replace the page's in
+    `per_page`. Returns their numbers. A scan (most pages such) with more of them than `max_ocr_pages` is refused;
+    in a text document (a few scanned inserts, figure pages) the pages past the limit are left as they are."""
+    unread = [i for i, page_lines in enumerate(per_page) if not _has_text(page_lines) and _has_image(doc, i)]
+    if len(unread) > limits.max_ocr_pages and 2 * len(unread) > len(per_page):
+        raise ParseError(ParseErrorCode.TOO_LARGE, f"the PDF has {len(unread)} scanned pages (the most read by OCR "
+                                                   f"in one file: {limits.max_ocr_pages}, parse.max_ocr_pages)")
+    sizes = [line.size for page_lines in per_page for line in page_lines]
+    body = statistics.median(sizes) if sizes else None  # OCR lines sized as this document's own text
+    for index in unread[:limits.max_ocr_pages]:
+        per_page[index] = _ocr_lines(doc, index, limits, body)
+    return [index + 1 for index in unread[:limits.max_ocr_pages]]
+
+
+def _has_image(doc: pdfium.PdfDocument, index: int) -> bool:
+    """Whether the page draws an image (top-level objects): a blank page or vector art has nothing to read."""
+    page = doc[index]
+    try:
+        return any(raw.FPDFPageObj_GetType(raw.FPDFPage_GetObject(page, i)) == raw.FPDF_PAGEOBJ_IMAGE
+                   for i in range(min(raw.FPDFPage_CountObjects(page), _MAX_PAGE_OBJECTS)))
+    finally:
+        page.close()
+
+
+def _ocr_lines(doc: pdfium.PdfDocument, index: int, limits: ParseLimits, body: float | None) -> list[Line]:
     """The page rendered at ~2000 px on its long side and read by OCR, as lines in the page's own units."""
     page = doc[index]
     try:
@@ -223,7 +245,8 @@ def _ocr_lines(doc: pdfium.PdfDocument, index: int, limits: ParseLimits) -> list
         bitmap = page.render(scale=scale, rev_byteorder=True)  # RGB
         try:
             image = bitmap.to_numpy()[:, :, :3]
-            return layout_lines(reader(limits.ocr_models).read(image), index + 1, scale, image.shape[0])
+            lines = reader(limits.ocr_models).read(image)
+            return layout_lines(lines, index + 1, scale, image.shape[0], body)
         finally:
             bitmap.close()
     finally:

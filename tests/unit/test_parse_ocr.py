@@ -18,6 +18,7 @@ from appliance.paths import model_folder
 from appliance.parse import Format, ParseError, ParseErrorCode, ParseLimits, ParserPool, detect_format, parse_bytes
 from appliance.parse.ocr import Line, order_lines, regions
 from hostile_files import CMRC_FILES, SCIFACT_FILES
+from test_parse_pdf_text import make_pdf
 from support import ROOT
 
 
@@ -65,11 +66,20 @@ def test_only_the_pages_without_text_are_read_and_their_number_is_bounded(ocr_li
         parse_bytes(blank.getvalue(), ocr_limits)
     assert nothing.value.code == ParseErrorCode.NO_TEXT_LAYER and "OCR found no text" in nothing.value.message
     limits = ParseLimits(ocr_models=ocr_limits.ocr_models, max_ocr_pages=1)
-    with pytest.raises(ParseError) as many:
+    with pytest.raises(ParseError) as many:  # a scan longer than the limit: refused, not read in part
         parse_bytes(blank.getvalue(), limits)
-    assert many.value.code == ParseErrorCode.TOO_LARGE and "over 1 pages without a text layer" in many.value.message
-    doc = parse_bytes(text_page.read_bytes(), limits)  # a text layer on every page: no OCR page counted
-    assert doc.ocr_pages == () and doc.pages >= 1
+    assert many.value.code == ParseErrorCode.TOO_LARGE and "2 scanned pages" in many.value.message
+    # a text document with a blank page and two scanned inserts: the blank page is not read (nothing drawn on it),
+    # the first insert is, the one past the limit is left out; the document is not refused
+    mixed = pdfium.PdfDocument(make_pdf([[(12, 72, 700, "Chapter one: the pumps.")], [],
+                                         [(12, 72, 700, "Chapter two: the valves.")]]))
+    mixed.import_pages(pdfium.PdfDocument(_scanned(text_page.read_bytes())))
+    mixed.import_pages(pdfium.PdfDocument(_scanned((CMRC_FILES / "DEV_1.pdf").read_bytes())))
+    out = io.BytesIO()
+    mixed.save(out)
+    doc = parse_bytes(out.getvalue(), limits)
+    assert doc.pages == 5 and doc.ocr_pages == (4,), doc.ocr_pages
+    assert {b.page for b in doc.blocks} == {1, 3, 4} and "Conserved Domain" in doc.text
 
 
 def test_a_huge_page_is_rendered_at_a_bounded_size(ocr_limits):

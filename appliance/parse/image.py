@@ -47,10 +47,11 @@ def parse(data: bytes, limits: ParseLimits) -> ParsedDocument:
 
 
 def _for_reading(image) -> np.ndarray:
-    """RGB pixels, shrunk to about `_READ_PIXELS` when larger (a 12-megapixel photo of a page reads as well at 3)."""
-    from PIL import Image
+    """RGB pixels, upright as the camera's EXIF orientation says (phones store photos sideways and say so), shrunk
+    to about `_READ_PIXELS` when larger (a 12-megapixel photo of a page reads as well at 3)."""
+    from PIL import Image, ImageOps
 
-    frame = image.convert("RGB")
+    frame = ImageOps.exif_transpose(image).convert("RGB")
     scale = (_READ_PIXELS / (frame.width * frame.height)) ** 0.5
     if scale < 1:
         frame = frame.resize((max(1, round(frame.width * scale)), max(1, round(frame.height * scale))),

@@ -180,3 +180,14 @@ def _png_claiming(width: int, height: int) -> bytes:
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(bytes(64)))
             + chunk(b"IEND", b""))
+
+
+def test_a_photo_stored_sideways_is_read_upright_as_its_exif_says(ocr_limits):
+    page = pdfium.PdfDocument((SCIFACT_FILES / "10029970.pdf").read_bytes())[0].render(scale=2).to_pil()
+    sideways = page.convert("RGB").transpose(Image.Transpose.ROTATE_90)  # what the sensor recorded
+    exif = Image.Exif()
+    exif[0x0112] = 6  # Orientation: rotate 90 degrees clockwise to view
+    out = io.BytesIO()
+    sideways.save(out, "JPEG", exif=exif)
+    doc = parse_bytes(out.getvalue(), ocr_limits)
+    assert "Conserved Domain Database" in doc.text, doc.text[:300]

@@ -142,7 +142,7 @@ bench-parse: bench-setup
     {{py}} bench/parse.py
 
 # OCR: scanned copies of the SciFact and CMRC PDFs read by ours (PP-OCRv4 in the parse workers) and by Debian's
-# tesseract (installed here when missing): character error rate, pages/s, retrieval vs the text layer; bench/results/ocr.md.
+# tesseract (installed when missing): character error rate, pages/s, retrieval vs the text layer; bench/results/ocr.md.
 bench-ocr: setup
     #!/usr/bin/env bash
     set -euo pipefail

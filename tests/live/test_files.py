@@ -186,7 +186,8 @@ def test_a_request_whose_every_file_failed_says_why_with_the_right_status(live):
         too_large = _upload(c, [("big.txt", b"x " * 1_100_000)], partition="none")
         mixed = _upload(c, [("a.png", png()), ("scan.pdf", scanned_pdf())], partition="none")
         listing = c.get("/v1/documents", params={"partition": "none"})
-    assert unsupported.status_code == 415 and "PNG, JPEG and TIFF images (read by OCR)" in unsupported.json()["supported"]
+    assert unsupported.status_code == 415, unsupported.text
+    assert "PNG, JPEG and TIFF images (read by OCR)" in unsupported.json()["supported"]
     assert too_large.status_code == 413 and too_large.json()["files"][0]["error"]["code"] == "too_large"
     assert mixed.status_code == 422
     assert listing.status_code == 404, "no partition was created for requests that stored nothing"

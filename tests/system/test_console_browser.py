@@ -1,8 +1,8 @@
 """The console in a real headless browser (Debian's chromium) against real servers: each view with and without a
-key, a PDF uploaded in the page and then searchable, a streamed answer from a real engine whose citation opens
-the passage, an engine killed and seen going down in the Overview, a cache entry deleted, errors in words while
-the box warms up, keyboard use and phone width. Every page is checked for requests to other origins and for
-console errors (browser.py)."""
+key, a PDF uploaded in the page and then searchable, a scanned one read by OCR and cited by its page, a streamed
+answer from a real engine whose citation opens the passage, an engine killed and seen going down in the Overview,
+a cache entry deleted, errors in words while the box warms up, keyboard use and phone width. Every page is checked
+for requests to other origins and for console errors (browser.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -75,17 +76,23 @@ def test_every_view_loads_on_a_box_without_keys(open_box, browser, tmp_path):
         page.wait_for_selector("#view-cache >> text=No semantic-cache entries for tenant default")
 
 
+def _upload_in_page(w, partition: str, path: Path, timeout_ms: float = 30_000) -> str:
+    """The file sent from the Documents view's form; the line the page shows for it once stored."""
+    w.open("documents")
+    page = w.page
+    page.fill("#upload-partition", partition)
+    page.set_input_files("#upload-files", str(path))
+    page.click("form.upload button[type=submit]")
+    page.wait_for_selector(f"li.ok[data-file='{path.name}']", timeout=timeout_ms)
+    return page.locator(f"li[data-file='{path.name}']").inner_text()
+
+
 def test_a_pdf_uploaded_in_the_page_is_searchable_and_its_original_opens(open_box, browser, tmp_path):
     pdf = tmp_path / "europe.pdf"
     pdf.write_bytes(PDF)
     with watched(browser, open_box.url) as w:
-        w.open("documents")
+        assert "2 pages" in _upload_in_page(w, "papers", pdf)
         page = w.page
-        page.fill("#upload-partition", "papers")
-        page.set_input_files("#upload-files", str(pdf))
-        page.click("form.upload button[type=submit]")
-        page.wait_for_selector("li.ok[data-file='europe.pdf']")
-        assert "2 pages" in page.locator("li[data-file='europe.pdf']").inner_text()
         assert page.locator("progress").evaluate("p => p.value") == 100
         page.wait_for_selector("[data-partition=papers]")
         page.click("[data-partition=papers]")
@@ -110,14 +117,9 @@ def test_a_scanned_pdf_uploaded_in_the_page_is_read_by_ocr_and_cited_with_its_pa
     scan = tmp_path / "harbours-scan.pdf"
     scan.write_bytes(scan_of(HARBOURS, pages=2))  # images only: no text layer left
     with watched(browser, open_box.url) as w:
-        w.open("documents")
-        page = w.page
-        page.fill("#upload-partition", "scans")
-        page.set_input_files("#upload-files", str(scan))
-        page.click("form.upload button[type=submit]")
-        page.wait_for_selector("li.ok[data-file='harbours-scan.pdf']", timeout=180_000)
-        stored = page.locator("li[data-file='harbours-scan.pdf']").inner_text()
+        stored = _upload_in_page(w, "scans", scan, timeout_ms=180_000)  # OCR: seconds a page on a busy box
         assert "2 pages" in stored and "text read by OCR (pages 1-2)" in stored, stored
+        page = w.page
         w.open("ask")
         page.fill("#ask-input", "Which port handles the most cargo in Europe?")
         page.click("form.ask button[type=submit]")

@@ -17,7 +17,7 @@ from appliance.models import build_models
 from appliance.paths import model_folder
 from appliance.parse import Format, ParseError, ParseErrorCode, ParseLimits, ParserPool, detect_format, parse_bytes
 from appliance.parse.ocr import Line, order_lines, regions
-from hostile_files import CMRC_FILES, SCIFACT_FILES
+from hostile_files import CMRC_FILES, SCIFACT_FILES, scan_of
 from test_parse_pdf_text import make_pdf
 from support import ROOT
 
@@ -26,15 +26,6 @@ from support import ROOT
 def ocr_limits() -> ParseLimits:
     build_models(ROOT / "models", names=["ppocr-v4"], log=lambda *_: None)
     return ParseLimits(ocr_models=str(model_folder(ROOT / "models", "ppocr-v4")))
-
-
-def _scanned(pdf: bytes, pages: int = 1, dpi: int = 200) -> bytes:
-    """Each page rendered to a grey image at `dpi` and the images saved as a PDF: no text layer left."""
-    doc = pdfium.PdfDocument(pdf)
-    images = [doc[i].render(scale=dpi / 72).to_pil().convert("L") for i in range(min(pages, len(doc)))]
-    out = io.BytesIO()
-    images[0].save(out, "PDF", resolution=dpi, save_all=True, append_images=images[1:])
-    return out.getvalue()
 
 
 def _similarity(a: str, b: str) -> float:
@@ -47,7 +38,7 @@ def _similarity(a: str, b: str) -> float:
 def test_a_scanned_page_is_read_with_its_page_number(ocr_limits, path):
     original = path.read_bytes()
     truth = parse_bytes(original)
-    scan = _scanned(original)
+    scan = scan_of(original)
     with pytest.raises(ParseError) as refused:
         parse_bytes(scan)  # OCR off: refused as before
     assert refused.value.code == ParseErrorCode.NO_TEXT_LAYER and "ocr_model" in refused.value.message
@@ -73,8 +64,8 @@ def test_only_the_pages_without_text_are_read_and_their_number_is_bounded(ocr_li
     # the first insert is, the one past the limit is left out; the document is not refused
     mixed = pdfium.PdfDocument(make_pdf([[(12, 72, 700, "Chapter one: the pumps.")], [],
                                          [(12, 72, 700, "Chapter two: the valves.")]]))
-    mixed.import_pages(pdfium.PdfDocument(_scanned(text_page.read_bytes())))
-    mixed.import_pages(pdfium.PdfDocument(_scanned((CMRC_FILES / "DEV_1.pdf").read_bytes())))
+    mixed.import_pages(pdfium.PdfDocument(scan_of(text_page.read_bytes())))
+    mixed.import_pages(pdfium.PdfDocument(scan_of((CMRC_FILES / "DEV_1.pdf").read_bytes())))
     out = io.BytesIO()
     mixed.save(out)
     doc = parse_bytes(out.getvalue(), limits)
@@ -96,7 +87,7 @@ def test_a_huge_page_is_rendered_at_a_bounded_size(ocr_limits):
 
 
 def test_ocr_runs_in_the_worker_pool_within_its_memory_limit(ocr_limits):
-    scan = _scanned((CMRC_FILES / "DEV_1.pdf").read_bytes())
+    scan = scan_of((CMRC_FILES / "DEV_1.pdf").read_bytes())
 
     async def go():
         async with ParserPool(1, timeout_s=120, max_memory_mib=2048, limits=ocr_limits) as pool:

@@ -2,7 +2,8 @@
 and by Debian's tesseract 5 (what a user would otherwise run: `tesseract`, or ocrmypdf around it), in the same run.
 
     .venv/bin/python bench/ocr.py              # every PDF of both folders (`just bench-ocr`)
-    .venv/bin/python bench/ocr.py --limit 20   # the first 20 PDFs of each: for debugging
+    .venv/bin/python bench/ocr.py --limit 40   # the first 40 PDFs of each (a smaller run, reported as such)
+    .venv/bin/python bench/ocr.py --quick      # 3 PDFs of each: for debugging
 
 A scan: each page of a fixture PDF rendered at 200 dpi in grey and saved as an image-only PDF (Pillow), as a
 scanner makes it; the text layer is gone. Steps, one after another so no two compete for the cores:
@@ -17,7 +18,7 @@ scanner makes it; the text layer is gone. Steps, one after another so no two com
    OCR), and on tesseract's text (as .txt files), each with the queries that have a judged document among the
    files: nDCG@10 and recall@100 (same settings, same run).
 
-Writes bench/results/ocr.md and .json (runs with --limit: bench/.cache/ocr-limit*.*).
+Writes bench/results/ocr.md and .json (--quick: bench/.cache/ocr-quick.*).
 """
 from __future__ import annotations
 
@@ -56,8 +57,9 @@ PACKAGES = ["rag-appliance", "pypdfium2", "pillow", "onnxruntime", "numpy"]
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--limit", type=int, default=0, help="PDFs per folder (0: all)")
-    p.add_argument("--out", type=Path, help="default: bench/results/ocr (with --limit: bench/.cache/ocr-limit<N>)")
+    p.add_argument("--limit", type=int, default=0, help="the first N PDFs of each folder (0: all)")
+    p.add_argument("--quick", action="store_true", help="3 PDFs of each folder, written to bench/.cache")
+    p.add_argument("--out", type=Path, help="default: bench/results/ocr (--quick: bench/.cache/ocr-quick)")
     return p.parse_args(argv)
 
 
@@ -224,16 +226,17 @@ async def retrieval(cases: list[dict], log) -> list[dict]:
 
 
 def markdown(r: dict) -> str:
-    lines = machine.report_header("OCR benchmark", r, "bench-ocr", f"the first {r['meta']['limit']} PDFs of each "
-                                  "folder") + [
-        f"- Data: `shared/data/scifact_files` and `cmrc_files`, their PDFs scanned here: every page rendered at {DPI} "
-        "dpi in grey, saved as an image-only PDF (Pillow). Reference text: the fixture PDF's own text layer "
+    subset = f"the first {r['meta']['limit']} PDFs (by name)" if r["meta"]["limit"] else "every PDF"
+    peer = r["reading"]["tesseract"]["version"]
+    lines = machine.report_header("OCR benchmark", r, "bench-ocr", "3 PDFs of each folder") + [
+        f"- Data: `shared/data/scifact_files` and `cmrc_files`, {subset} of each, scanned here: every page rendered "
+        f"at {DPI} dpi in grey, saved as an image-only PDF (Pillow). Reference text: the fixture PDF's own text layer "
         "(`parse_bytes`).",
-        f"- Ours: PP-OCRv4 (models/ppocr-v4.toml) in 2 parse workers, one thread each. Peer: {r['reading']['tesseract']['version']} "
-        "(Debian), `-l eng` or `chi_sim`, 2 processes, one thread each.", "",
+        f"- Ours: PP-OCRv4 (models/ppocr-v4.toml) in 2 parse workers, one thread each. Peer: {peer} (Debian), "
+        "`-l eng` or `chi_sim`, 2 processes, one thread each.", "",
         "## Reading", "",
-        "| set | tool | files | pages | empty | CER (mean) | CER (median) | files over 5 % | pages/s (2 cores, both sets) |",
-        "|---|---|---|---|---|---|---|---|---|"]
+        "| set | tool | files | pages | empty | CER (mean) | CER (median) | files over 5 % | pages/s (2 cores, "
+        "both sets) |", "|---|---|---|---|---|---|---|---|---|"]
     for q in r["quality"]:
         lines.append(f"| {q['dataset']} | {q['tool']} | {q['files']} | {q['pages']} | {q['failed']} | {q['cer']:.3f} | "
                      f"{q['cer_median']:.3f} | {q['cer_over_5pct']} | {q['pages_per_s']:.2f} |")
@@ -266,9 +269,10 @@ async def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     started = time.perf_counter()
     log = machine.progress_log(started)
-    results: dict = {"meta": {**machine.machine_info(PACKAGES), "limit": args.limit, "quick": bool(args.limit)}}
+    limit = 3 if args.quick else args.limit
+    results: dict = {"meta": {**machine.machine_info(PACKAGES), "limit": limit, "quick": args.quick}}
     step = machine.step_runner(results)
-    cases = load_cases(args.limit, log)
+    cases = load_cases(limit, log)
     reading: dict = {}
     await step("read_ours", read_ours(cases, log))
     reading["ours"] = results["read_ours"]
@@ -279,7 +283,7 @@ async def main(argv: list[str] | None = None) -> None:
     results["reading"] = reading
     results["quality"] = quality(cases, reading)
     await step("retrieval", retrieval(cases, log))
-    out = args.out or (REPO / "bench" / (".cache/ocr-limit%d" % args.limit if args.limit else "results/ocr"))
+    out = args.out or (REPO / "bench" / (".cache/ocr-quick" if args.quick else "results/ocr"))
     machine.write_results(out, results, markdown, started, judge, log)
 
 

@@ -3,10 +3,10 @@ models; English and Chinese), run with the box's onnxruntime in the parse worker
 core's work).
 
 Detection gives a text probability per pixel at <= `_DET_SIDE` px; pixels over `_DET_THRESHOLD` are grouped into
-connected regions (numpy run-lengths and a union-find), each region's box is grown as PP-OCR's
-"unclip" does (the detector is trained on shrunk text regions) and cut from the full-size page. The recogniser reads
-each crop at 48 px high, in batches of similar widths; CTC's greedy path gives the text. Lines are ordered top to
-bottom, left to right within a row; the PDF parser's own layout rules make paragraphs of them.
+connected regions (numpy run-lengths and a union-find), each region's box is grown as PP-OCR's "unclip" does (the
+detector is trained on shrunk text regions) and cut from the full-size page. The recogniser reads each crop at 48 px
+high, in batches of similar widths; CTC's greedy path gives the text. Lines are read in XY-cut order (columns,
+titles); the PDF parser's own layout rules make paragraphs of them.
 """
 from __future__ import annotations
 
@@ -122,9 +122,8 @@ def layout_lines(lines: list[Line], page: int, scale: float, height_px: int,
     """OCR lines as the PDF layout's lines (units of 1/scale px, y upwards), so that paragraphs, headings and page
     furniture are found by the same rules as in a text layer. Sizes are per page, relative to its body (the lower
     median box height) at `body_size` (the text layer's, in a document that has one): pages scanned at other
-    resolutions compare, and a line counts as
-    larger only past 30 % (a box's height varies with its letters: descenders, capitals). Its middle stands for the
-    baseline, which its letters do not move."""
+    resolutions compare, and a line counts as larger only past 30 % (a box's height varies with its letters:
+    descenders, capitals). Its middle stands for the baseline, which its letters do not move."""
     body_size = body_size or _BODY_SIZE
     heights = sorted(line.box[3] - line.box[1] for line in lines)
     body = max(1, heights[(len(heights) - 1) // 2]) if heights else 1

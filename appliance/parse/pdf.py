@@ -67,9 +67,10 @@ def parse(data: bytes, limits: ParseLimits) -> ParsedDocument:
             if chars > limits.max_chars:
                 raise ParseError(ParseErrorCode.TOO_LARGE, f"PDF text over {limits.max_chars} characters")
         ocr_pages = _read_images(doc, per_page, limits) if limits.ocr_models else []
-        lines = [line for page_lines in per_page for line in page_lines]
-        if sum(len(line.text) for line in lines) > limits.max_chars:
+        chars += sum(len(line.text) for page in ocr_pages for line in per_page[page - 1])  # pages had ~nothing
+        if chars > limits.max_chars:
             raise ParseError(ParseErrorCode.TOO_LARGE, f"PDF text over {limits.max_chars} characters")
+        lines = [line for page_lines in per_page for line in page_lines]
     finally:
         doc.close()
     _check_text_layer(lines, read_images=bool(limits.ocr_models))
@@ -204,11 +205,16 @@ def _fix_surrogates(text: str) -> str:
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace") if _SURROGATE.search(text) else text
 
 
+def _visible_and_junk(lines: list[Line]) -> tuple[int, int]:
+    """Characters that are not spaces, and those without a Unicode mapping among them."""
+    text = "".join(line.text for line in lines)
+    return len(text) - text.count(" "), len(_JUNK.findall(text))
+
+
 def _has_text(lines: list[Line]) -> bool:
     """A text layer worth reading: a few visible characters, most of them mapped to Unicode."""
-    text = "".join(line.text for line in lines)
-    visible = len(text) - text.count(" ")
-    return visible >= _MIN_PAGE_CHARS and len(_JUNK.findall(text)) <= 0.5 * visible
+    visible, junk = _visible_and_junk(lines)
+    return visible >= _MIN_PAGE_CHARS and junk <= 0.5 * visible
 
 
 def _read_images(doc: pdfium.PdfDocument, per_page: list[list[Line]], limits: ParseLimits) -> list[int]:
@@ -216,6 +222,8 @@ def _read_images(doc: pdfium.PdfDocument, per_page: list[list[Line]], limits: Pa
     `per_page`. Returns their numbers. A scan (most pages such) with more of them than `max_ocr_pages` is refused;
     in a text document (a few scanned inserts, figure pages) the pages past the limit are left as they are."""
     unread = [i for i, page_lines in enumerate(per_page) if not _has_text(page_lines) and _has_image(doc, i)]
+    if not unread:
+        return []
     if len(unread) > limits.max_ocr_pages and 2 * len(unread) > len(per_page):
         raise ParseError(ParseErrorCode.TOO_LARGE, f"the PDF has {len(unread)} scanned pages (the most read by OCR "
                                                    f"in one file: {limits.max_ocr_pages}, parse.max_ocr_pages)")
@@ -254,15 +262,14 @@ def _ocr_lines(doc: pdfium.PdfDocument, index: int, limits: ParseLimits, body: f
 
 
 def _check_text_layer(lines: list[Line], read_images: bool) -> None:
-    text = "".join(line.text for line in lines)
-    visible = len(text) - text.count(" ")
+    visible, junk = _visible_and_junk(lines)
     if visible == 0 and read_images:
         raise ParseError(ParseErrorCode.NO_TEXT_LAYER, "no text: the pages have no text layer and OCR found no "
                                                        "text on their images")
     if visible == 0:
         raise ParseError(ParseErrorCode.NO_TEXT_LAYER, "no text layer: needs OCR (scanned pages; parse.ocr_model "
                                                        "is off)")
-    if len(_JUNK.findall(text)) > 0.5 * visible:
+    if junk > 0.5 * visible:
         raise ParseError(ParseErrorCode.NO_TEXT_LAYER, "no text layer: the text has no Unicode mapping "
                                                        "(fonts without ToUnicode); needs OCR")
 

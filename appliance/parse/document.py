@@ -30,7 +30,7 @@ MEDIA_TYPES = {
 }
 
 # Bumped when a parser's output changes: documents parsed by an older version are parsed again by `reindex`.
-PARSER_VERSION = 1
+PARSER_VERSION = 2  # 2: tables as rows under their header (Block.header)
 
 
 @dataclass(slots=True, frozen=True)
@@ -38,11 +38,35 @@ class Block:
     """A paragraph, list item, table row group, slide text frame...: text that belongs together.
 
     `page` is 1-based (PDF page, PPTX slide), None where the format has no pages. `section` is the heading path
-    above the block, outermost first, without the heading taken as the document's title.
+    above the block, outermost first, without the heading taken as the document's title. A table (`table_block`) is
+    one line a row, its cells joined by " | ", and `header` says how many of its first lines head it (caption and
+    header rows): the chunker repeats them with every chunk of its rows.
     """
     text: str
     page: int | None = None
     section: tuple[str, ...] = ()
+    header: int | None = None  # a table's heading lines; None: not a table
+
+    @property
+    def is_table(self) -> bool:
+        return self.header is not None
+
+
+CELL_SEPARATOR = " | "
+
+
+def table_block(rows: list[list[str]], header_rows: int, page: int | None = None, section: tuple[str, ...] = (),
+                caption: str = "") -> Block | None:
+    """A table's block from its rows of cell texts (empty rows dropped). `header_rows`: how many of the first rows
+    head the table; where the file does not mark them, the parsers take the first row of a table of two or more."""
+    lines, heading = [caption] if caption else [], 1 if caption else 0
+    for number, cells in enumerate(rows):
+        if any(cells):
+            lines.append(CELL_SEPARATOR.join(cells))
+            heading += number < header_rows
+    if len(lines) <= heading:  # nothing but headings: a one-line table is text
+        return Block("\n".join(lines), page, section) if lines else None
+    return Block("\n".join(lines), page, section, heading)
 
 
 @dataclass(slots=True, frozen=True)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import docx
 from lxml import etree
 
 from .archive import meaningful_title, safe_package
-from .document import Block, Format, ParsedDocument, ParseError, ParseErrorCode, ParseLimits
+from .document import (CELL_SEPARATOR, Block, Format, ParsedDocument, ParseError, ParseErrorCode, ParseLimits,
+                       table_block)
 
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 # Not text: properties (their w:tab elements are tab stops), deleted text, the fallback copy of text boxes.
@@ -35,6 +36,7 @@ _MAX_STYLE_DEPTH = 10
 class _Item:
     text: str
     level: int | None = None  # heading level (0 = Title style, 1..9), None for body paragraphs and tables
+    table: Block | None = None  # a table's rows under its header (its section is set in _blocks)
 
 
 def parse(data: bytes, limits: ParseLimits) -> ParsedDocument:
@@ -118,8 +120,8 @@ def _items(container: etree._Element, levels: _StyleLevels) -> Iterator[_Item]:
             level = _paragraph_level(child, levels)
             if level != _TOC:
                 yield _Item(_paragraph_text(child), None if level == _NOT_HEADING else level)
-        elif child.tag == _TBL:
-            yield _Item(_table_text(child))
+        elif child.tag == _TBL and (table := _table(child)) is not None:
+            yield _Item(table.text, table=table)
         elif child.tag in _TRANSPARENT:
             stack.append(iter(child))
 
@@ -152,17 +154,31 @@ def _paragraph_text(p: etree._Element) -> str:
     return _collapse("".join(parts))
 
 
-def _table_text(tbl: etree._Element) -> str:
-    """One line a row, cells joined with " | "; a nested table's text goes into its cell."""
-    lines = []
+def _table(tbl: etree._Element) -> Block | None:
+    """Its rows of cells; the rows Word repeats on each page (`w:tblHeader`) head it, else its first row."""
+    rows, marked = [], 0
     for tr in _children(tbl, _TR):
-        cells = []
-        for tc in _children(tr, _TC):
-            texts = [_paragraph_text(el) if el.tag == _P else _table_text(el) for el in _content(tc)]
-            cells.append(" ".join(t for t in texts if t))
-        if any(cells):
-            lines.append(" | ".join(cells))
-    return "\n".join(lines)
+        if len(rows) == marked and _repeats_as_header(tr):
+            marked += 1
+        rows.append([_cell_text(tc) for tc in _children(tr, _TC)])
+    return table_block(rows, marked or 1)
+
+
+def _repeats_as_header(tr: etree._Element) -> bool:
+    trpr = tr.find(f"{_W}trPr")
+    mark = trpr.find(f"{_W}tblHeader") if trpr is not None else None
+    return mark is not None and mark.get(f"{_W}val", "true").lower() not in ("0", "false", "off")
+
+
+def _cell_text(tc: etree._Element) -> str:
+    """A cell's paragraphs; a nested table's rows go into its cell, one after another."""
+    texts = [_paragraph_text(el) if el.tag == _P else _nested_text(el) for el in _content(tc)]
+    return " ".join(t for t in texts if t)
+
+
+def _nested_text(tbl: etree._Element) -> str:
+    rows = (CELL_SEPARATOR.join(_cell_text(tc) for tc in _children(tr, _TC)) for tr in _children(tbl, _TR))
+    return " ; ".join(row for row in rows if row.strip(" |"))
 
 
 def _children(parent: etree._Element, tag: str) -> Iterator[etree._Element]:
@@ -208,7 +224,8 @@ def _blocks(items: list[_Item], skip: int | None) -> list[Block]:
         if i == skip:
             continue
         if item.level is None:
-            blocks.append(Block(item.text, None, tuple(text for _, text in path)))
+            section = tuple(text for _, text in path)
+            blocks.append(replace(item.table, section=section) if item.table else Block(item.text, None, section))
             continue
         while path and path[-1][0] >= item.level:
             path.pop()

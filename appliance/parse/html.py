@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from .document import Block, Format, ParsedDocument, ParseError, ParseErrorCode, ParseLimits
+from .document import (Block, Format, ParsedDocument, ParseError, ParseErrorCode, ParseLimits,
+                       table_block)
 from .text import decode_text
 
 _BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
@@ -307,18 +308,20 @@ class _Collector:
         self.path.append((level, text))
 
     def _table(self, table: LexborNode) -> None:
-        lines, link_chars = [], 0
+        """A data table's rows; the leading rows in <thead> or of <th> cells only head it, else its first row."""
+        rows, heading, link_chars = [], 0, 0
         caption = table.css_first("caption")
-        if caption is not None and _inline_text(caption):
-            lines.append(_inline_text(caption))
         for row in table.css("tr"):
-            cells = [_inline_text(cell) for cell in row.iter() if cell.tag in ("td", "th")]
-            if any(cells):
-                lines.append(" | ".join(cells))
+            cells = [cell for cell in row.iter() if cell.tag in ("td", "th")]
+            rows.append([_inline_text(cell) for cell in cells])
+            if len(rows) - 1 == heading and cells and (row.parent.tag == "thead" or
+                                                         all(cell.tag == "th" for cell in cells)):
+                heading += 1
             link_chars += sum(len(_collapse(a.text(deep=True))) for a in row.css("a"))
-        chars = sum(len(line) for line in lines)
-        if lines and not (self.filter_links and link_chars > _MAX_LINK_DENSITY * chars):
-            self._add("\n".join(lines))
+        block = table_block(rows, heading or 1, None, tuple(t for _, t in self.path),
+                            _inline_text(caption) if caption is not None else "")
+        if block is not None and not (self.filter_links and link_chars > _MAX_LINK_DENSITY * len(block.text)):
+            self.blocks.append(block)
 
     def _flush(self) -> None:
         parts, self.parts = self.parts, []

@@ -12,7 +12,8 @@ from html import unescape
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from .document import Block, Format, ParsedDocument, ParseError, ParseErrorCode, ParseLimits
+from .document import (Block, Format, ParsedDocument, ParseError, ParseErrorCode, ParseLimits,
+                       table_block)
 from .text import decode_text, is_no_space_char
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL | re.MULTILINE)
@@ -116,17 +117,18 @@ class _Builder:
         self.path.append((level, text))
 
     def _table(self, tokens: list[Token], i: int) -> int:
-        lines, cells = [], []
+        """Its rows; a Markdown table always has its header row."""
+        rows, cells = [], []
         while i < len(tokens) and tokens[i].type != "table_close":
             token = tokens[i]
             if token.type == "inline":
                 cells.append(inline_text(token))
             elif token.type == "tr_close":
-                if any(cells):
-                    lines.append(" | ".join(cells))
+                rows.append(cells)
                 cells = []
             i += 1
-        self._add("\n".join(lines))
+        if (block := table_block(rows, 1, None, tuple(t for _, t in self.path))) is not None:
+            self.blocks.append(block)
         return i + 1
 
     def _add(self, text: str) -> None:

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 import pptx
 from pptx.enum.shapes import PP_PLACEHOLDER
 from pptx.shapes.group import GroupShape
 
 from .archive import meaningful_title, safe_package
-from .document import Block, Format, ParsedDocument, ParseError, ParseErrorCode, ParseLimits
+from .document import Block, Format, ParsedDocument, ParseError, ParseErrorCode, ParseLimits, table_block
 
 _TITLE_TYPES = {PP_PLACEHOLDER.TITLE, PP_PLACEHOLDER.CENTER_TITLE, PP_PLACEHOLDER.VERTICAL_TITLE}
 # Placeholders that repeat on every slide: not the slide's content.
@@ -37,9 +38,9 @@ def parse(data: bytes, limits: ParseLimits) -> ParsedDocument:
         texts = list(_slide_texts(slide))
         if not texts and section:  # a title-only slide (a section divider): its title is its text
             blocks.append(Block(slide_title, number, ()))
-        for text in texts:
-            blocks.append(Block(text, number, section))
-            chars += len(text)
+        for block in texts:
+            blocks.append(replace(block, page=number, section=section))
+            chars += len(block.text)
         if chars > limits.max_chars:
             raise ParseError(ParseErrorCode.TOO_LARGE, f"The presentation holds more than {chars:,} characters "
                                                        f"of text; the limit is {limits.max_chars:,}.")
@@ -57,24 +58,24 @@ def _slide_title(slide) -> str:
     return ""
 
 
-def _slide_texts(slide) -> Iterator[str]:
+def _slide_texts(slide) -> Iterator[Block]:
     """The text of each shape (group members one by one), tables, then the speaker notes."""
     for shape in _shapes(slide.shapes, 0):
         if shape.is_placeholder and shape.placeholder_format.type in _TITLE_TYPES | _CHROME_TYPES:
             continue
         if shape.has_text_frame:
-            text = _frame_text(shape.text_frame)
+            block = Block(text) if (text := _frame_text(shape.text_frame)) else None
         elif getattr(shape, "has_table", False) and shape.has_table:
-            text = _table_text(shape.table)
+            block = _table(shape.table)
         else:
             continue
-        if text:
-            yield text
+        if block is not None:
+            yield block
     if slide.has_notes_slide:
         notes = slide.notes_slide.notes_text_frame
         text = _frame_text(notes) if notes is not None else ""
         if text:
-            yield text
+            yield Block(text)
 
 
 def _shapes(shapes: Iterable, depth: int) -> Iterator:
@@ -91,13 +92,11 @@ def _frame_text(frame) -> str:
     return _collapse("\n".join(p.text.replace("\v", "\n") for p in frame.paragraphs))
 
 
-def _table_text(table) -> str:
-    lines = []
-    for row in table.rows:
-        cells = [" ".join(cell.text.split()) for cell in row.cells if not cell.is_spanned]
-        if any(cells):
-            lines.append(" | ".join(cells))
-    return "\n".join(lines)
+def _table(table) -> Block | None:
+    """Its rows of cells (a merged cell once); its first row heads it when the table says so (PowerPoint's "Header
+    Row" option, on in the tables it inserts)."""
+    rows = [[" ".join(cell.text.split()) for cell in row.cells if not cell.is_spanned] for row in table.rows]
+    return table_block(rows, 1 if table.first_row else 0)
 
 
 def _collapse(text: str) -> str:

@@ -8,6 +8,9 @@ longer than the bound is cut into pieces of it.
 Parsed files come as blocks with a page and a heading path: a chunk never spans two sections, and it ends at a
 page break once it is at least half full (the boundary is near), so a citation's page is the chunk's page; a
 short run of text at the foot of a page stays with what follows it (the chunk then spans two pages).
+
+A table (a block with `header` lines) makes chunks of its own, whole rows one a line, each chunk beginning with the
+table's heading lines: a question about one row finds that row, and the prompt shows it under its column names.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ class Placed(Protocol):
     text: str
     page: int | None
     section: tuple[str, ...]
+    header: int | None  # a table's heading lines (its first lines); None: not a table
 
 
 @dataclass(slots=True, frozen=True)
@@ -42,6 +46,7 @@ class _Plain:
     text: str
     page: int | None = None
     section: tuple[str, ...] = ()
+    header: int | None = None
 
 
 def chunk_text(text: str, max_words: int, overlap_words: int, max_chars_cjk: int, overlap_chars_cjk: int,
@@ -55,25 +60,28 @@ def chunk_blocks(blocks: Iterable[Placed], limits: ChunkSettings) -> list[Chunk]
     """Chunks of consecutive blocks, section by section, in document order."""
     chunks: list[Chunk] = []
     for section, run in itertools.groupby(blocks, key=lambda b: tuple(b.section)):
-        placed = [(b.text.strip(), b.page) for b in run if b.text.strip()]
+        placed = [b for b in run if b.text.strip()]
         if placed:
             chunks.extend(_chunk_section(placed, section, limits))
     return chunks
 
 
-def _chunk_section(placed: list[tuple[str, int | None]], section: tuple[str, ...],
-                   limits: ChunkSettings) -> list[Chunk]:
-    cjk = any(has_cjk(text) for text, _ in placed)
+def _chunk_section(placed: list[Placed], section: tuple[str, ...], limits: ChunkSettings) -> list[Chunk]:
+    cjk = any(has_cjk(b.text) for b in placed)
     if cjk:
         join, limit, overlap = "", limits.max_chars_cjk, limits.overlap_chars_cjk
-        units = [(list(s.strip()), page) for text, page in placed for s in _SENTENCE_END.split(text) if s.strip()]
     else:
         join, limit, overlap = " ", limits.max_words, limits.overlap_words
-        units = [(s.split(), page) for text, page in placed for s in _SENTENCE_END.split(text) if s.strip()]
     packer = _Packer(join, limit, overlap, limits.max_chars, section)
-    for sentence, page in units:
-        for piece in _split_long(sentence, limit, limits.max_chars, len(join)):
-            packer.add(piece, page)
+    for block in placed:
+        if block.header is not None:
+            packer.table(block.text.strip("\n").split("\n"), block.header, block.page, cjk)
+            continue
+        for sentence in _SENTENCE_END.split(block.text.strip()):
+            if sentence.strip():
+                units = list(sentence.strip()) if cjk else sentence.split()
+                for piece in _split_long(units, limit, limits.max_chars, len(join)):
+                    packer.add(piece, block.page)
     return packer.finish()
 
 
@@ -101,6 +109,28 @@ class _Packer:
             self.first_page = page
         self.size += (self.sep if self.current else 0) + piece_size
         self.current.extend(piece)
+        self.last_page = page
+
+    def table(self, lines: list[str], header: int, page: int | None, cjk: bool) -> None:
+        """Whole rows under the table's heading lines, as many as fit a chunk; a row too long for one is cut. The
+        heading is repeated only while it leaves room for rows (at most half a chunk)."""
+        if self.current:
+            self._flush(carry=False)
+        size = (lambda text: len(text) + 1) if cjk else (lambda text: len(text.split()))  # + 1: its newline
+        heading, rows = lines[:header], lines[header:]
+        if sum(map(size, heading)) > self.limit // 2 or len("\n".join(heading)) > self.max_chars // 2:
+            heading, rows = [], lines
+        room, room_chars = self.limit - sum(map(size, heading)), self.max_chars - len("\n".join(heading)) - 1
+        taken: list[str] = []
+        taken_size, taken_chars = 0, -1  # units, and characters joined by newlines
+        for row in (piece for line in rows for piece in _row_pieces(line, room, room_chars, cjk)):
+            if taken and (taken_size + size(row) > room or taken_chars + 1 + len(row) > room_chars):
+                self.chunks.append(Chunk("\n".join(heading + taken), page, None, self.section))
+                taken, taken_size, taken_chars = [], 0, -1
+            taken.append(row)
+            taken_size, taken_chars = taken_size + size(row), taken_chars + 1 + len(row)
+        if taken:
+            self.chunks.append(Chunk("\n".join(heading + taken), page, None, self.section))
         self.last_page = page
 
     def finish(self) -> list[Chunk]:
@@ -133,6 +163,15 @@ def _split_long(units: list[str], limit: int, max_chars: int, sep: int) -> list[
         size += (sep if current else 0) + len(unit)
         current.append(unit)
     return pieces + [current] if current or not pieces else pieces
+
+
+def _row_pieces(row: str, room: int, room_chars: int, cjk: bool) -> list[str]:
+    """A table row, in pieces where it is longer than a chunk's room for rows."""
+    units, room = (list(row), room - 1) if cjk else (row.split(), room)  # a CJK row's size counts its newline
+    if len(units) <= room and len(row) <= room_chars:
+        return [row]
+    join = "" if cjk else " "
+    return [join.join(piece) for piece in _split_long(units, room, room_chars, len(join))]
 
 
 def _chars(units: list[str], sep: int) -> int:

@@ -16,6 +16,7 @@ import pytest
 from hostile_files import (CMRC_FILES, SCIFACT_FILES, encrypted_pdf, many_parts_docx, png, scan_of, scanned_pdf,
                            truncated, zip_bomb_docx)
 from support import DATA, LiveServer, make_settings, write_keys
+from test_parse_tables import HEADER, ROWS, catalogue_docx
 
 MANIFEST = dict(line.split("\t")[1:] for line in (DATA / "scifact_files" / "manifest.tsv").read_text().splitlines()[1:])
 
@@ -107,6 +108,27 @@ def test_a_scanned_pdf_and_a_photographed_page_are_read_by_ocr_and_cited_by_page
     assert english[0]["citation"].startswith("cdd-scan.pdf, p. 1"), english[0]
     assert chinese[0]["document_id"] == "gong.png" and "锣鼓" in chinese[0]["text"], chinese[0]
     assert original.status_code == 200 and original.headers["content-type"] == "image/png"
+
+
+def test_a_question_about_one_row_of_a_long_table_finds_it_under_its_header(live):
+    """A 120-row price table in a DOCX and a port table in an HTML page: the row a question names comes back in a
+    passage that begins with the table's header row (what the prompt then shows the model)."""
+    page = ("<html><body><h1>Ports</h1><p>Which service listens where.</p><table><tr><th>Service</th><th>Port</th>"
+            "<th>Protocol</th></tr>" + "".join(f"<tr><td>service-{i}</td><td>{7000 + i}</td><td>tcp</td></tr>"
+                                              for i in range(150)) + "</table></body></html>")
+    with live.client() as c:
+        reply = _upload(c, [("catalogue.docx", catalogue_docx([HEADER, *ROWS], marked=0)),
+                            ("ports.html", page.encode())], partition="tables")
+        pump = c.post("/v1/search", json={"query": "price of pump P-087", "partitions": ["tables"], "k": 5})
+        port = c.post("/v1/search", json={"query": "which port does service-123 use", "partitions": ["tables"],
+                                          "k": 5})
+    assert reply.status_code == 200 and all(f["status"] == "created" for f in reply.json()["files"]), reply.text
+    # the passages the prompt would get (k = 5): the one holding the row, its whole line, under the header
+    (row,) = [hit for hit in pump.json()["results"] if "\nPump P-087 | 97 | 635\n" in hit["text"]]
+    assert row["document_id"] == "catalogue.docx" and row["section"] == ["Prices"], row
+    assert row["text"].startswith(" | ".join(HEADER) + "\n"), row
+    (row,) = [hit for hit in port.json()["results"] if "\nservice-123 | 7123 | tcp\n" in hit["text"]]
+    assert row["document_id"] == "ports.html" and row["text"].startswith("Service | Port | Protocol\n"), row
 
 
 def test_search_results_cite_file_page_and_original_comes_back(live):

@@ -152,6 +152,12 @@ bench-ocr: setup
     fi
     {{py}} bench/ocr.py
 
+# Tables: questions about single rows of real tables (pycountry's ISO lists written as DOCX, HTML, Markdown, PPTX)
+# by ours, ours with tables chunked as prose (before table blocks) and markitdown + a character splitter: recall@5,
+# MRR@10, header shown (~1 min on 2 cores); writes bench/results/tables.md.
+bench-tables: bench-setup
+    {{py}} bench/tables.py
+
 # Conversations: follow-up retrieval by standalone-question mode (doc2dial), F1 against human rewrites (CAsT,
 # CANARD), answers against gold with and without history (real engines); writes bench/results/conversations.md.
 bench-conversations: setup

@@ -320,7 +320,10 @@ class Answerer:
                             max(0, budget - used), history, system, with_check=self.generate.decline_above < 1)
 
     def cache_scope(self) -> str:
-        """What else than the request decides its answer: the prompt's wording, its passages' budget, the check."""
+        """What else than the request decides its answer: the prompt's wording, its passages' budget, the check; an
+        extractive answer is none of these (a box switched between the modes does not replay the other's)."""
+        if self.generate.answer_mode == "extractive":
+            return "extractive"
         return f"{PROMPT_VERSION}|t{self.generate.context_tokens}|d{self.generate.decline_above:g}"
 
     def _default_max_tokens(self, task: str) -> int:

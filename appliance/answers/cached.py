@@ -18,7 +18,9 @@ from ..timings import Stage, Timings, ms_since
 from .checks import grounding_from_json, grounding_json
 from .answer import Answerer, AskRequest, Done, Event, Route, Source, Sources, Token, Usage
 
-CACHEABLE_FINISH = ("stop", "length")  # "deadline" answers are cut short by load, not by the question
+# "deadline" answers are cut short by load, not by the question; extractive ones are the passages' own sentences,
+# the same for the same index versions
+CACHEABLE_FINISH = ("stop", "length", "extractive")
 
 
 class CachedAnswerer:

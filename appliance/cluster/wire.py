@@ -46,7 +46,8 @@ def _document_json(doc: NewDocument) -> dict[str, Any]:
             "content_hash": doc.content_hash, "chunks": doc.chunks,
             "places": [[p.page, p.page_end, list(p.section)] for p in doc.places],
             "file": None if f is None else {"name": f.name, "sha256": f.sha256, "format": f.format, "size": f.size,
-                                            "pages": f.pages, "parser_version": f.parser_version}}
+                                            "pages": f.pages, "parser_version": f.parser_version,
+                                            "ocr_pages": list(f.ocr_pages)}}
 
 
 def page_of(raw: bytes) -> FeedPage:
@@ -109,7 +110,10 @@ def _file_of(key: str, f: dict[str, Any]) -> SourceFile:
     _check(key, "its file needs a name and a format (strings), pages (a count or null) and a parser version",
            isinstance(f["name"], str) and isinstance(f["format"], str)
            and (f["pages"] is None or _count(f["pages"])) and _count(f["parser_version"]))
-    return SourceFile(f["name"], f["sha256"], f["format"], f["size"], f["pages"], f["parser_version"])
+    ocr = f.get("ocr_pages", [])  # a box of an earlier version sends none
+    _check(key, "its file's ocr_pages are page numbers (a list of counts)",
+           isinstance(ocr, list) and len(ocr) <= 100_000 and all(_count(page) and page > 0 for page in ocr))
+    return SourceFile(f["name"], f["sha256"], f["format"], f["size"], f["pages"], f["parser_version"], tuple(ocr))
 
 
 def _check(key: str, what: str, ok: bool) -> None:

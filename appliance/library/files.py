@@ -66,7 +66,7 @@ class FileOutcome:
     pages: int | None = None
     sha256: str | None = None
     error: FileError | None = None
-    ocr_pages: tuple[int, ...] | None = None  # pages read by OCR when this request parsed it; None: not parsed now
+    ocr_pages: tuple[int, ...] = ()  # the pages whose text was read by OCR (kept with the file)
 
 
 @dataclass(slots=True)
@@ -107,10 +107,10 @@ class FileIngester:
             if i not in outcomes and stored is not None and stored[0] == _file_hash(f, digests[i]):
                 doc = stored[1]
                 outcomes[i] = FileOutcome(f.name, f.key, "unchanged", None, doc.file.format if doc else None,
-                                          doc.file.pages if doc else None, digests[i])
+                                          doc.file.pages if doc else None, digests[i],
+                                          ocr_pages=doc.file.ocr_pages if doc else ())
         todo = [i for i in range(len(files)) if i not in outcomes]
         prepared: dict[int, NewDocument] = {}
-        ocr_pages: dict[int, tuple[int, ...]] = {}
         # the pool serves tenants in turn, so 100 slow files from one tenant delay another tenant's file by about one
         # job per worker; one request queues at most `workers` files, so a tenant's own requests take turns too
         turns = asyncio.Semaphore(self.parser.workers)
@@ -120,14 +120,13 @@ class FileIngester:
                 outcomes[i] = FileOutcome(files[i].name, files[i].key, error=FileError(result.code, result.message))
             else:
                 prepared[i] = await asyncio.to_thread(self._prepare, files[i], digests[i], sizes[i], result)
-                ocr_pages[i] = result.ocr_pages
         written = await self._write(tenant, partition, prepared, files, kind, wait, wait_timeout_s, language,
                                     on_stored)
         statuses = {d.key: d for d in written.documents}
         for i, doc in prepared.items():
             status = statuses[doc.key]
             outcomes[i] = FileOutcome(files[i].name, doc.key, status.status, status.chunks, doc.file.format,
-                                      doc.file.pages, digests[i], ocr_pages=ocr_pages[i])
+                                      doc.file.pages, digests[i], ocr_pages=doc.file.ocr_pages)
         return FilesResult(tenant, partition, written.version, written.indexed_version,
                            [outcomes[i] for i in range(len(files))], written.index_error, written.seq)
 
@@ -168,7 +167,7 @@ class FileIngester:
         chunks = chunk_blocks(parsed.blocks, self.chunking)
         title = parsed.title or PurePosixPath(f.name).stem
         source = SourceFile(PurePosixPath(f.name).name, digest, str(parsed.format), size, parsed.pages,
-                            PARSER_VERSION)
+                            PARSER_VERSION, parsed.ocr_pages)
         return NewDocument(
             key=f.key, title=title, text=parsed.text, chunks=[c.text for c in chunks] or [title],
             content_hash=_file_hash(f, digest), source=f.source, metadata=f.metadata or {}, time=f.time,

@@ -36,6 +36,7 @@ class SourceFile:
     size: int
     pages: int | None = None
     parser_version: int = 0
+    ocr_pages: tuple[int, ...] = ()  # pages (1-based) whose text was read from their image
 
 
 @dataclass(slots=True, frozen=True)

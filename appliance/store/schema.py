@@ -40,6 +40,7 @@ CREATE TABLE IF NOT EXISTS documents (
     file_size INTEGER,
     file_pages INTEGER,
     parser_version INTEGER,
+    file_ocr_pages TEXT,  -- JSON list: the pages whose text was read by OCR; NULL: none (or parsed before OCR)
     UNIQUE (partition_id, doc_key)
 );
 CREATE TABLE IF NOT EXISTS chunks (
@@ -82,7 +83,7 @@ _ADDED_COLUMNS = [
      " FROM chunks c WHERE c.document_id = documents.id)"),
     *(("documents", name, kind, None) for name, kind in (
         ("file_name", "TEXT"), ("file_sha256", "TEXT"), ("file_format", "TEXT"), ("file_size", "INTEGER"),
-        ("file_pages", "INTEGER"), ("parser_version", "INTEGER"))),
+        ("file_pages", "INTEGER"), ("parser_version", "INTEGER"), ("file_ocr_pages", "TEXT"))),
     ("journal", "origin", "TEXT", None),
     ("partitions", "dense_weight", "REAL", None),
     ("partitions", "settings_version", "INTEGER NOT NULL DEFAULT 0", None),
@@ -151,11 +152,13 @@ def place_values(place: Place | None) -> tuple:
 def file_of(row: sqlite3.Row) -> SourceFile | None:
     if row["file_sha256"] is None:
         return None
+    ocr = tuple(json.loads(row["file_ocr_pages"])) if row["file_ocr_pages"] else ()
     return SourceFile(row["file_name"], row["file_sha256"], row["file_format"], row["file_size"], row["file_pages"],
-                      row["parser_version"] or 0)
+                      row["parser_version"] or 0, ocr)
 
 
 def file_values(file: SourceFile | None) -> tuple:
     if file is None:
-        return None, None, None, None, None, None
-    return file.name, file.sha256, file.format, file.size, file.pages, file.parser_version
+        return None, None, None, None, None, None, None
+    return (file.name, file.sha256, file.format, file.size, file.pages, file.parser_version,
+            json.dumps(list(file.ocr_pages)) if file.ocr_pages else None)

@@ -136,7 +136,7 @@ class Store:
                     doc_id = db.execute(
                         "INSERT INTO documents (partition_id, doc_key, source, title, content_hash, metadata, time,"
                         " created_at, updated_at, text_bytes, file_name, file_sha256, file_format, file_size,"
-                        " file_pages, parser_version) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        " file_pages, parser_version, file_ocr_pages) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (partition_id, doc.key, doc.source, doc.title, doc.content_hash, metadata, doc_time, now, now,
                          doc.text_bytes, *file_values(doc.file)),
                     ).lastrowid
@@ -147,7 +147,7 @@ class Store:
                     db.execute(
                         "UPDATE documents SET source=?, title=?, content_hash=?, metadata=?, time=?, updated_at=?,"
                         " text_bytes=?, file_name=?, file_sha256=?, file_format=?, file_size=?, file_pages=?,"
-                        " parser_version=? WHERE id = ?",
+                        " parser_version=?, file_ocr_pages=? WHERE id = ?",
                         (doc.source, doc.title, doc.content_hash, metadata, doc_time, now, doc.text_bytes,
                          *file_values(doc.file), doc_id),
                     )
@@ -291,7 +291,8 @@ class Store:
         """The partition's documents that came from files (all, or those of `keys`), by key."""
         partition = self.partition_by_id(partition_id)
         query = ("SELECT doc_key, title, source, metadata, time, file_name, file_sha256, file_format, file_size,"
-                 " file_pages, parser_version FROM documents WHERE partition_id = ? AND file_sha256 IS NOT NULL")
+                 " file_pages, parser_version, file_ocr_pages FROM documents"
+                 " WHERE partition_id = ? AND file_sha256 IS NOT NULL")
         if keys is None:
             rows = self._reader().execute(query + " ORDER BY doc_key", (partition_id,)).fetchall()
         else:
@@ -308,7 +309,7 @@ class Store:
         partition = self.partition_by_id(partition_id)
         rows = self._reader().execute(
             "SELECT doc_key, title, source, metadata, time, file_name, file_sha256, file_format, file_size,"
-            " file_pages, parser_version FROM documents WHERE partition_id = ? AND doc_key > ?"
+            " file_pages, parser_version, file_ocr_pages FROM documents WHERE partition_id = ? AND doc_key > ?"
             " ORDER BY doc_key LIMIT ?", (partition_id, after, limit)).fetchall()
         return [FileDocument(partition, r["doc_key"], r["title"], r["source"], json.loads(r["metadata"]), r["time"],
                              file_of(r)) for r in rows]

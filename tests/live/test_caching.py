@@ -1,8 +1,10 @@
 """Answer caches over HTTP with real engines (`llm_served`): exact repeats, paraphrases, near-misses,
-invalidation on ingest, single flight, and per-tenant entries."""
+invalidation on ingest, single flight, and per-tenant entries; an extractive box's answers (no engine)."""
 from concurrent.futures import ThreadPoolExecutor
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from support import LiveServer, make_settings
 
 
 def ask(live, question: str, key: str | None = None, **extra) -> dict:
@@ -115,3 +117,25 @@ def test_cache_entries_belong_to_their_tenant(llm_served):
     assert entry["id"] not in {e["id"] for e in left}
     again = ask(live, "What is a partition in the appliance?")
     assert again["cache"] == "none", "a deleted answer is not served again from its exact copy"
+
+
+def test_an_extractive_box_answers_without_engines_and_caches_its_answers(tmp_path, models_dir):
+    """`generate.answer_mode = "extractive"` with generation off (a box with no room for an engine): the answer is
+    the passages' best sentences, cited, as text through /v1/ask, the chat endpoint and its stream; a repeat comes
+    from the exact cache."""
+    settings = make_settings(tmp_path, models_dir, generate_answer_mode="extractive")
+    question = {"role": "user", "content": "How long do the pump's seals last?"}
+    with LiveServer(settings) as live, live.client() as c:
+        stored = c.post("/v1/documents", json={"tenant": "t", "partition": "kb", "documents": [
+            {"id": "pump", "text": "The XK pump turns at 2900 rpm. Its seals last 4000 hours of running."},
+            {"id": "valve", "text": "The XK valve closes in two seconds."}]})
+        first = c.post("/v1/chat/completions", json={"model": "auto", "tenant": "t", "messages": [question]})
+        again = c.post("/v1/chat/completions", json={"model": "auto", "tenant": "t", "messages": [question]})
+        streamed = c.post("/v1/chat/completions", json={"model": "auto", "tenant": "t", "messages": [question],
+                                                        "stream": True})
+        asked = c.post("/v1/ask", json={"tenant": "t", "question": question["content"]})
+    assert stored.status_code == 200 and first.status_code == 200, (stored.text, first.text)
+    answer = first.json()["choices"][0]["message"]["content"]
+    assert "4000 hours" in answer and "[1]" in answer and first.json()["cache"] == "none", first.json()
+    assert again.json()["cache"] == "exact" and again.json()["choices"][0]["message"]["content"] == answer
+    assert "4000 hours" in streamed.text and asked.json()["cache"] == "exact" and asked.json()["answer"] == answer

@@ -92,8 +92,13 @@ def test_a_scanned_pdf_and_a_photographed_page_are_read_by_ocr_and_cited_by_page
     pdf = SCIFACT_FILES / "10029970.pdf"
     photo = io.BytesIO()
     pdfium.PdfDocument((CMRC_FILES / "DEV_1.pdf").read_bytes())[0].render(scale=2).to_pil().save(photo, "PNG")
+    scan_bytes = scan_of(pdf.read_bytes())
     with live.client() as c:
-        reply = _upload(c, [("cdd-scan.pdf", scan_of(pdf.read_bytes()))], partition="scans")
+        reply = _upload(c, [("cdd-scan.pdf", scan_bytes)], partition="scans")
+        again = _upload(c, [("cdd-scan.pdf", scan_bytes), ("notes.md", b"# Notes\n\nTyped, not scanned.\n")],
+                        partition="scans")
+        listed = {d["id"]: d["file"] for d in c.get("/v1/documents", params={"partition": "scans"}).json()[
+            "documents"]}
         photographed = _upload(c, [("gong.png", photo.getvalue())], partition="scans-zh")
         english = c.post("/v1/search", json={"query": "Conserved Domain Database protein annotation",
                                              "partitions": ["scans"], "k": 1}).json()["results"]
@@ -103,6 +108,9 @@ def test_a_scanned_pdf_and_a_photographed_page_are_read_by_ocr_and_cited_by_page
     assert reply.status_code == 200 and photographed.status_code == 200, (reply.text, photographed.text)
     (scan,), (image,) = reply.json()["files"], photographed.json()["files"]
     assert scan["status"] == "created" and scan["pages"] == 1 and scan["ocr_pages"] == [1], scan
+    # kept with the file: the same bytes again (not parsed again) and the listing say which pages were OCR'd
+    assert [(f["status"], f["ocr_pages"]) for f in again.json()["files"]] == [("unchanged", [1]), ("created", [])]
+    assert listed["cdd-scan.pdf"]["ocr_pages"] == [1] and listed["notes.md"]["ocr_pages"] == [], listed
     assert image["status"] == "created" and image["format"] == "png" and image["ocr_pages"] == [1], image
     assert english[0]["document_id"] == "cdd-scan.pdf" and english[0]["page"] == 1
     assert english[0]["citation"].startswith("cdd-scan.pdf, p. 1"), english[0]

@@ -109,7 +109,7 @@ def test_the_journal_feeds_each_peer_what_it_holds_and_not_what_it_sent(tmp_path
     store = Store(tmp_path / "s.sqlite3")
     one = store.ensure_partition("acme", "docs")
     doc = NewDocument("d1", "T", "", ["alpha", "beta"], "h1", places=(Place(1, None, ("A",)), Place(2, 3, ())),
-                      file=SourceFile("x.pdf", "0" * 64, "pdf", 10, 3, 2))
+                      file=SourceFile("x.pdf", "0" * 64, "pdf", 10, 3, 2, (2, 3)))
     store.upsert_documents(one.id, [doc])
     other = store.ensure_partition("other", "docs")
     store.upsert_documents(other.id, [NewDocument("o1", "", "", ["x"], "h2")], origin="b")  # came from b
@@ -123,6 +123,7 @@ def test_the_journal_feeds_each_peer_what_it_holds_and_not_what_it_sent(tmp_path
     changes, _, _ = store.changes_after(3, "c", lambda tenant: True)
     back = change_of(change_json(changes[0]))
     assert back == changes[0] and back.document.places[0].section == ("A",) and back.document.file.pages == 3
+    assert back.document.file.ocr_pages == (2, 3)
     store.set_peer_cursor("b", "1" * 32, 7)
     store.set_peer_cursor("b", "1" * 32, 5)  # never backwards within one store of the peer
     assert store.peer_cursor("b") == ("1" * 32, 7) and store.journal_head() == 4
@@ -185,11 +186,13 @@ def _entry_with(**changed) -> dict:
     {"source": None}, {"title": 5}, {"content_hash": None}, {"metadata": "x"}, {"metadata": None},
     {"time": "now"}, {"time": True}, {"places": [[1, None]]}, {"places": [["1", None, []]]},
     {"places": [[1, None, "A"]]}, {"places": [7]}, {"file_name": None}, {"file_format": 3},
-    {"file_pages": -1}, {"file_parser_version": "2"}, {"file_size": True}])
+    {"file_pages": -1}, {"file_parser_version": "2"}, {"file_size": True}, {"file_ocr_pages": "1"},
+    {"file_ocr_pages": [0]}, {"file_ocr_pages": [1, "2"]}, {"file_ocr_pages": list(range(1, 100_002))}])
 def test_a_journal_document_with_a_field_of_the_wrong_type_is_refused_not_stored(changed):
     """A peer's null `source` reached SQLite's NOT NULL and stopped replication with a constraint error; every
     field is now checked on the way in, and the error names the document."""
     assert change_of(_entry_with()).document.places == (Place(1, None, ("A",)),)  # the untouched entry is fine
+    assert change_of(_entry_with()).document.file.ocr_pages == ()  # a box of an earlier version sends none
     with pytest.raises(WireError, match="document 'd'"):
         change_of(_entry_with(**changed))
 

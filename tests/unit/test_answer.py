@@ -198,6 +198,32 @@ def test_concurrent_identical_misses_compute_once(settings, tokenizer, tmp_path)
     assert done_of(later).cache == "exact"
 
 
+def test_an_extractive_answer_is_cached_apart_from_generated_ones(settings, tokenizer, tmp_path):
+    """Extractive answers are the passages' own sentences: the same for the same index versions, so a repeat comes
+    from the cache; the box switched to generation does not replay them (nor the other way)."""
+    engine = ScriptedEngine("small", tokenizer)
+    extractive = dataclasses.replace(settings, generate=dataclasses.replace(settings.generate,
+                                                                            answer_mode="extractive"))
+
+    async def go(mode_settings):
+        async with answer_path(mode_settings, {"small": engine}) as (answerer, _, services):
+            exact = ExactCache(tmp_path / "exact", 16, 3600, 1 << 24)
+            cached = CachedAnswerer(answerer, services.retriever, exact, None, SingleFlight(10),
+                                    services.library.versions, deterministic=True)
+            try:
+                return [done_of(await collect(cached.ask(AskRequest("what does XK-4471 mean?", WHERE))))
+                        for _ in range(2)]
+            finally:
+                exact.close()
+
+    first, again = run(go(extractive))
+    generated, generated_again = run(go(settings))
+    assert first.finish_reason == "extractive" and "pressure sensor failed" in first.text and first.cache == "none"
+    assert again.cache == "exact" and again.text == first.text and again.grounding.label == "supported"
+    assert generated.cache == "none" and generated.text == "The answer." and generated_again.cache == "exact"
+    assert len(engine.prompts) == 1, "only the generated answer asked the engine, once"
+
+
 def _declining(settings, above: float):
     return dataclasses.replace(settings, generate=dataclasses.replace(settings.generate, decline_above=above))
 

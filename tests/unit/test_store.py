@@ -143,7 +143,7 @@ def test_chunk_places_and_source_files_are_kept_and_an_older_store_gains_their_c
     path = tmp_path / "s.sqlite3"
     store = Store(path)
     p = store.ensure_partition("t", "p")
-    source = SourceFile("report.pdf", "ab" * 32, "pdf", 1234, 3, 1)
+    source = SourceFile("report.pdf", "ab" * 32, "pdf", 1234, 3, 1, (2, 3))  # pages 2 and 3 read by OCR
     filed = NewDocument(key="report.pdf", title="Report", text="one two", chunks=["one", "two"], content_hash="h",
                         places=(Place(1, None, ("Intro",)), Place(2, 3, ("Results", "Tables"))), file=source)
     store.upsert_documents(p.id, [filed, doc("plain", "just text")])
@@ -159,7 +159,8 @@ def test_chunk_places_and_source_files_are_kept_and_an_older_store_gains_their_c
         db.execute("DROP INDEX documents_by_file")
         for table, column in (("documents", "file_name"), ("documents", "file_sha256"), ("documents", "file_format"),
                               ("documents", "file_size"), ("documents", "file_pages"),
-                              ("documents", "parser_version"), ("chunks", "page"), ("chunks", "page_end"),
+                              ("documents", "parser_version"), ("documents", "file_ocr_pages"),
+                              ("chunks", "page"), ("chunks", "page_end"),
                               ("chunks", "section")):
             db.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
     reopened = Store(path)

@@ -185,9 +185,8 @@ def files_json(r: FilesResult) -> dict[str, Any]:
         if f.error is not None:
             item["error"] = {"code": str(f.error.code), "message": f.error.message}
         else:
-            item.update(status=f.status, chunks=f.chunks, format=f.format, pages=f.pages, sha256=f.sha256)
-            if f.ocr_pages is not None:  # parsed by this request: which pages' text came from their image
-                item["ocr_pages"] = list(f.ocr_pages)
+            item.update(status=f.status, chunks=f.chunks, format=f.format, pages=f.pages, sha256=f.sha256,
+                        ocr_pages=list(f.ocr_pages))
         files.append(item)
     body: dict[str, Any] = {"tenant": r.tenant, "partition": r.partition, "version": r.version,
                             "indexed_version": r.indexed_version, "indexed": r.indexed, "files": files}
@@ -200,4 +199,5 @@ def document_json(d: FileDocument) -> dict[str, Any]:
     f = d.file
     return {"id": d.key, "title": d.title, "source": d.source, "metadata": d.metadata, "time": d.time,
             "file": None if f is None else {"name": f.name, "sha256": f.sha256, "format": f.format, "size": f.size,
-                                            "pages": f.pages, "parser_version": f.parser_version}}
+                                            "pages": f.pages, "parser_version": f.parser_version,
+                                            "ocr_pages": list(f.ocr_pages)}}

@@ -12,8 +12,7 @@ from collections.abc import Iterator
 
 from selectolax.lexbor import LexborHTMLParser, LexborNode
 
-from .document import (Block, Format, ParsedDocument, ParseError, ParseErrorCode, ParseLimits,
-                       table_block)
+from .document import Block, Format, ParsedDocument, ParseError, ParseErrorCode, ParseLimits, table_block
 from .text import decode_text
 
 _BOMS = (codecs.BOM_UTF8, codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)

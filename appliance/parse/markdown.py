@@ -12,8 +12,7 @@ from html import unescape
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from .document import (Block, Format, ParsedDocument, ParseError, ParseErrorCode, ParseLimits,
-                       table_block)
+from .document import Block, Format, ParsedDocument, ParseError, ParseErrorCode, ParseLimits, table_block
 from .text import decode_text, is_no_space_char
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\r?\n(.*?)^(?:---|\.\.\.)[ \t]*(?:\r?\n|\Z)", re.DOTALL | re.MULTILINE)

@@ -120,6 +120,11 @@ def test_a_scanned_pdf_uploaded_in_the_page_is_read_by_ocr_and_cited_with_its_pa
         stored = _upload_in_page(w, "scans", scan, timeout_ms=180_000)  # OCR: seconds a page on a busy box
         assert "2 pages" in stored and "text read by OCR (pages 1-2)" in stored, stored
         page = w.page
+        page.wait_for_selector("[data-partition=scans]")
+        page.click("[data-partition=scans]")  # the listing says it too: kept with the file
+        page.wait_for_selector("text=Documents in scans")
+        listed = page.locator("#view-documents").inner_text()
+        assert "harbours-scan.pdf (pdf" in listed and "text of pages 1-2 read by OCR" in listed, listed
         w.open("ask")
         page.fill("#ask-input", "Which port handles the most cargo in Europe?")
         page.click("form.ask button[type=submit]")

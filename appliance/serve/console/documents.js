@@ -44,7 +44,8 @@ export function documentsView(root) {
       if (mine !== listing) return;  // another listing was asked for meanwhile
       const rows = page.documents.map((d) => [
         d.id, d.title || "", d.file ? `${d.file.name} (${d.file.format}, ${bytes(d.file.size)}` +
-          `${d.file.pages ? `, ${d.file.pages} pages` : ""})` : "text",
+          `${d.file.pages ? `, ${d.file.pages} pages` : ""}` +
+          `${d.file.ocr_pages?.length ? `, text of ${ocrPages(d.file.ocr_pages)} read by OCR` : ""})` : "text",
         el("span", { class: "actions" },
           d.file ? el("button", { type: "button", onclick: (e) => openFile(e.target, d, name) }, "Open file") : null,
           el("button", { type: "button", class: "danger", onclick: (e) => remove(e.target, d.id, name) },
@@ -140,7 +141,7 @@ function uploadForm(done) {
     const items = body?.files || [];
     const lines = items.map((f) => el("li", { class: f.error ? "error" : "ok", "data-file": f.file },
       f.error ? `${f.file}: not stored — ${f.error.message}` :
-        `${f.file}: ${f.status}, ${f.chunks} chunks${f.pages ? `, ${f.pages} pages` : ""}` +
+        `${f.file}: ${f.status}${f.chunks != null ? `, ${f.chunks} chunks` : ""}${f.pages ? `, ${f.pages} pages` : ""}` +
         `${f.ocr_pages?.length ? `, text read by OCR (${ocrPages(f.ocr_pages)})` : ""} (id ${f.id})`));
     const head = xhr.status === 200 ? "Stored and searchable." :
       xhr.status === 202 ? `Stored; indexing continues${body?.index_error ? `: ${body.index_error}` : ""}.` :

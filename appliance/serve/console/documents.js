@@ -84,6 +84,16 @@ export function documentsView(root) {
   return { show: refresh, hide() {} };
 }
 
+function ocrPages(pages) {  // [1, 2, 3, 7] -> "pages 1-3, 7"; [4] -> "page 4"
+  if (pages.length === 1) return `page ${pages[0]}`;
+  const runs = [];
+  for (const p of pages) {
+    const last = runs[runs.length - 1];
+    if (last && p === last[1] + 1) last[1] = p; else runs.push([p, p]);
+  }
+  return "pages " + runs.map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(", ");
+}
+
 function uploadForm(done) {
   const partition = el("input", { id: "upload-partition", name: "partition", required: true, value: "docs",
                                   list: "partition-names", pattern: "[A-Za-z0-9][A-Za-z0-9_.\\-]{0,127}",
@@ -117,16 +127,6 @@ function uploadForm(done) {
     xhr.onload = () => finish(xhr);
     xhr.onerror = () => finish(null);
     xhr.send(data);
-  }
-
-  function ocrPages(pages) {  // [1, 2, 3, 7] -> "pages 1-3, 7"; [4] -> "page 4"
-    if (pages.length === 1) return `page ${pages[0]}`;
-    const runs = [];
-    for (const p of pages) {
-      const last = runs[runs.length - 1];
-      if (last && p === last[1] + 1) last[1] = p; else runs.push([p, p]);
-    }
-    return "pages " + runs.map(([a, b]) => (a === b ? `${a}` : `${a}-${b}`)).join(", ");
   }
 
   async function finish(xhr) {

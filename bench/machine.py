@@ -38,6 +38,15 @@ def machine_info(packages: list[str]) -> dict:
     }
 
 
+def retrieval_settings(data_dir: Path):
+    """The product's defaults on the checkout's models with generation off, in a bench's own data folder."""
+    from appliance.config import load_settings
+
+    return load_settings(env={"APPLIANCE_DATA_DIR": str(data_dir), "APPLIANCE_MODELS_DIR": str(REPO / "models"),
+                              "APPLIANCE_DEMO_CORPUS": "false", "APPLIANCE_GENERATE_ENABLED": "false",
+                              "APPLIANCE_LOG_LEVEL": "warning"})
+
+
 def _git(*cmd: str) -> str | None:
     done = subprocess.run(["git", *cmd], cwd=REPO, capture_output=True, text=True)
     return done.stdout.strip() if done.returncode == 0 else None

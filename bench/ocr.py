@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from appliance.config import load_settings  # noqa: E402  (onnxruntime before usearch: see MODELS.md)
+import appliance.config  # noqa: E402,F401  (first: onnxruntime before usearch, see MODELS.md)
 from appliance.evaluate import evaluate_retrieval  # noqa: E402
 from appliance.parse import ParseError, ParserPool, parse_bytes  # noqa: E402
 from appliance.wiring import parse_limits  # noqa: E402
@@ -61,12 +61,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="3 PDFs of each folder, written to bench/.cache")
     p.add_argument("--out", type=Path, help="default: bench/results/ocr (--quick: bench/.cache/ocr-quick)")
     return p.parse_args(argv)
-
-
-def settings(data_dir: Path):
-    return load_settings(env={"APPLIANCE_DATA_DIR": str(data_dir), "APPLIANCE_MODELS_DIR": str(REPO / "models"),
-                              "APPLIANCE_DEMO_CORPUS": "false", "APPLIANCE_GENERATE_ENABLED": "false",
-                              "APPLIANCE_LOG_LEVEL": "warning"})
 
 
 def scan(pdf: bytes) -> tuple[bytes, list[bytes]]:
@@ -131,7 +125,7 @@ def load_cases(limit: int, log) -> list[dict]:
 
 
 async def read_ours(cases: list[dict], log) -> dict:
-    s = settings(Path(tempfile.mkdtemp(prefix="bench-ocr-")))
+    s = machine.retrieval_settings(Path(tempfile.mkdtemp(prefix="bench-ocr-")))
     limits = parse_limits(s.parse, s.models_dir)
     assert limits.ocr_models, "models/build/ppocr-v4 is not built (just setup)"
     pool = ParserPool(2, max(s.parse.timeout_s, 600), s.parse.max_memory_mib, limits)
@@ -217,7 +211,7 @@ async def retrieval(cases: list[dict], log) -> list[dict]:
             with tempfile.TemporaryDirectory(prefix="bench-ocr-") as tmp:
                 folder = judged_folder(dataset, mine, Path(tmp) / "folder", kind)
                 started = time.perf_counter()
-                report = await evaluate_retrieval(settings(Path(tmp) / "unused"), folder)
+                report = await evaluate_retrieval(machine.retrieval_settings(Path(tmp) / "unused"), folder)
             runs.append({"dataset": dataset, "from": kind, "queries": report.get("queries"),
                          "ndcg@10": report["ndcg@10"], "recall@100": report["recall@100"],
                          "files_failed": report.get("files_failed"), "wall_s": time.perf_counter() - started})

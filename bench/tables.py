@@ -31,7 +31,7 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from appliance.config import load_settings  # noqa: E402  (onnxruntime before usearch: see MODELS.md)
+import appliance.config  # noqa: E402,F401  (first: onnxruntime before usearch, see MODELS.md)
 import appliance.library.files as library_files  # noqa: E402
 from appliance.library import FileInput, NewDocument  # noqa: E402
 from appliance.parse import parse_bytes  # noqa: E402
@@ -76,12 +76,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3, help="ingests and searches of each system (default 3)")
     p.add_argument("--out", type=Path, help="default: bench/results/tables (--quick: bench/.cache/tables-quick)")
     return p.parse_args(argv)
-
-
-def settings(data_dir: Path):
-    return load_settings(env={"APPLIANCE_DATA_DIR": str(data_dir), "APPLIANCE_MODELS_DIR": str(REPO / "models"),
-                              "APPLIANCE_DEMO_CORPUS": "false", "APPLIANCE_GENERATE_ENABLED": "false",
-                              "APPLIANCE_LOG_LEVEL": "warning"})
 
 
 # ---------------------------------------------------------------- the tables and files
@@ -407,7 +401,7 @@ async def run_systems(files: list[Path], titles: dict[str, str], asked: list[dic
     from markitdown import MarkItDown
 
     converter, runs = MarkItDown(enable_plugins=False), {s: [] for s in SYSTEMS}  # built once, untimed
-    async with open_services(settings(data_dir), warm_up=True, generation=False) as services:
+    async with open_services(machine.retrieval_settings(data_dir), warm_up=True, generation=False) as services:
         # every file once, untimed: the parser workers' imports and the encoders' first batches are not charged to
         # the system ingested first
         await services.files.ingest("warm-up", PARTITION, [FileInput(p.name, p.read_bytes()) for p in files])

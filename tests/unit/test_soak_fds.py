@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from statistics import median
 
 import psutil
 
@@ -52,8 +51,9 @@ def test_open_files_stay_flat_under_steady_single_document_ingest(settings):
     # Bounded: the level after 50 ingests plus one more version's mapped files (~30, while a build swaps) and a
     # store connection per worker thread as the pools grow (3 fds each); before the fix +4 fds per ingest.
     assert max(fds) <= fds[0] + 64, fds
-    # And not creeping up with the count: compare the typical level of the last third with the first's. A single
-    # sample taken while a build swaps versions (~+20, seen once in CI) is a spike, bounded above, not a creep;
-    # the leak this guards against added ~4 fds per ingest, +2,000 over a third of the run.
+    # And not creeping up with the count: compare the floor of the last third with the first's. A sample taken
+    # while a build swaps versions is a spike (+20 to +31 seen, bounded above), never a dip, and two of them among
+    # the last third's four samples once moved its median (a full suite's run, 354 -> 372.5); the floor between
+    # swaps does not move. The leak this guards against added ~4 fds per ingest: the floor +800 over a third.
     third = len(fds) // 3
-    assert median(fds[-third:]) <= median(fds[:third]) + 16, fds
+    assert min(fds[-third:]) <= min(fds[:third]) + 16, fds

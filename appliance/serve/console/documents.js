@@ -141,7 +141,8 @@ function uploadForm(done) {
     const items = body?.files || [];
     const lines = items.map((f) => el("li", { class: f.error ? "error" : "ok", "data-file": f.file },
       f.error ? `${f.file}: not stored — ${f.error.message}` :
-        `${f.file}: ${f.status}${f.chunks != null ? `, ${f.chunks} chunks` : ""}${f.pages ? `, ${f.pages} pages` : ""}` +
+        `${f.file}: ${f.status}${f.chunks != null ? `, ${f.chunks} chunks` : ""}` +
+        `${f.pages ? `, ${f.pages} pages` : ""}` +
         `${f.ocr_pages?.length ? `, text read by OCR (${ocrPages(f.ocr_pages)})` : ""} (id ${f.id})`));
     const head = xhr.status === 200 ? "Stored and searchable." :
       xhr.status === 202 ? `Stored; indexing continues${body?.index_error ? `: ${body.index_error}` : ""}.` :

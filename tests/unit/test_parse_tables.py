@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 
 import docx
-from docx.oxml.ns import qn
 from docx.oxml import OxmlElement
 import pptx
 from pptx.util import Inches

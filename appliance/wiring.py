@@ -119,7 +119,7 @@ async def open_services(settings: Settings, *, warm_up: bool = True,
         if caches:
             answers = CachedAnswerer(answerer, retriever, caches.exact, semantic,
                                      SingleFlight(s.cache.single_flight_wait_s), library.versions,
-                                     s.generate.temperature == 0 or s.generate.answer_mode == "extractive")
+                                     s.generate.temperature == 0)
             if semantic is not None:  # entries that used an older version of a partition can never be served
                 library.on_version(lambda p, version: semantic.invalidate(p.tenant, p.name, version))
         questions = StandaloneQuestions(engines, s.conversation)

@@ -19,7 +19,7 @@ from .checks import grounding_from_json, grounding_json
 from .answer import Answerer, AskRequest, Done, Event, Route, Source, Sources, Token, Usage
 
 # "deadline" answers are cut short by load, not by the question; extractive ones are the passages' own sentences,
-# the same for the same index versions
+# the same for the same index versions whatever the sampling temperature
 CACHEABLE_FINISH = ("stop", "length", "extractive")
 
 
@@ -88,7 +88,8 @@ class CachedAnswerer:
                 self.flight.finish(key, payload)
 
     def _cacheable(self, done: Done) -> bool:
-        return (self.deterministic and not done.degraded and done.finish_reason in CACHEABLE_FINISH
+        deterministic = self.deterministic or done.finish_reason == "extractive"
+        return (deterministic and not done.degraded and done.finish_reason in CACHEABLE_FINISH
                 and bool(done.text.strip()))
 
     def _fill(self, key: str, req: AskRequest, scope: str, query, encoder: str, versions: dict[str, int],

@@ -118,17 +118,19 @@ class _Packer:
             self._flush(carry=False)
         size = (lambda text: len(text) + 1) if cjk else (lambda text: len(text.split()))  # + 1: its newline
         heading, rows = lines[:header], lines[header:]
-        if sum(map(size, heading)) > self.limit // 2 or len("\n".join(heading)) > self.max_chars // 2:
-            heading, rows = [], lines
-        room, room_chars = self.limit - sum(map(size, heading)), self.max_chars - len("\n".join(heading)) - 1
+        heading_size, heading_chars = sum(map(size, heading)), len("\n".join(heading))
+        if heading_size > self.limit // 2 or heading_chars > self.max_chars // 2:
+            heading, rows, heading_size, heading_chars = [], lines, 0, 0
+        room, room_chars = self.limit - heading_size, self.max_chars - heading_chars - 1
         taken: list[str] = []
         taken_size, taken_chars = 0, -1  # units, and characters joined by newlines
         for row in (piece for line in rows for piece in _row_pieces(line, room, room_chars, cjk)):
-            if taken and (taken_size + size(row) > room or taken_chars + 1 + len(row) > room_chars):
+            row_size = size(row)
+            if taken and (taken_size + row_size > room or taken_chars + 1 + len(row) > room_chars):
                 self.chunks.append(Chunk("\n".join(heading + taken), page, None, self.section))
                 taken, taken_size, taken_chars = [], 0, -1
             taken.append(row)
-            taken_size, taken_chars = taken_size + size(row), taken_chars + 1 + len(row)
+            taken_size, taken_chars = taken_size + row_size, taken_chars + 1 + len(row)
         if taken:
             self.chunks.append(Chunk("\n".join(heading + taken), page, None, self.section))
         self.last_page = page
